@@ -1,0 +1,256 @@
+"""Line diff that reproduces jsdiff 8.0.4 ``structuredPatch(..., {context: 0})``.
+
+What it does: tokenises two texts into lines (split on ``\\n`` only; a line keeps its
+terminator, so ``"a"`` and ``"a\\n"`` are different lines), runs the same greedy Myers
+variant as jsdiff (diagonal pruning at the edges of the edit graph, the same tie-break
+between an insertion and a deletion, so the same copy of a repeated line is reported),
+and renders the result the way Mastra does: ``@@ -A,B +C,D @@`` headers with raw
+counts (a zero-length side is not decremented), ``-``/``+`` lines without their
+terminator, everything joined with ``\\n``, no file header and no
+``\\ No newline at end of file`` markers.
+
+It also applies such a patch to the prior text (:func:`apply_patch`), refusing with
+:class:`~signals.errors.PatchError` when a hunk does not fit.
+
+What it does not do: no I/O, no context lines (context is always 0), no fuzzy apply.
+Texts are expected not to end with ``\\n`` (working memory is trimmed), which is what
+makes the hunks-only form unambiguous to apply.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from signals.errors import PatchError
+
+__all__ = ("Hunk", "apply_patch", "diff_hunks", "parse_patch", "render_hunks", "unified_patch")
+
+_COMMON, _ADDED, _REMOVED = 0, 1, 2
+_HEADER = re.compile(r"@@ -(\d+),(\d+) \+(\d+),(\d+) @@")
+_FAR = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class Hunk:
+    """One change region: 1-based starts, line counts and the ``-``/``+`` lines in order."""
+
+    old_start: int
+    old_lines: int
+    new_start: int
+    new_lines: int
+    lines: tuple[str, ...]
+
+
+class _Abandoned(Exception):  # noqa: N818 - internal control flow, never escapes
+    """The edit script exceeded the caller's ``max_edits`` budget."""
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into lines that keep their ``\\n`` (jsdiff's line tokens)."""
+    if not text:
+        return []
+    parts = text.split("\n")
+    tokens = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        tokens.append(parts[-1])
+    return tokens
+
+
+def _extend(component: tuple[int, int, object] | None, kind: int) -> tuple[int, int, object]:
+    if component is not None and component[1] == kind:
+        return (component[0] + 1, kind, component[2])
+    return (1, kind, component)
+
+
+def _edit_script(old: list[int], new: list[int], max_edits: int | None) -> list[tuple[int, int]]:
+    """Return jsdiff's component list as ``(kind, count)`` pairs, oldest first."""
+    n_old, n_new = len(old), len(new)
+    old_pos, new_pos = -1, -1
+    while new_pos + 1 < n_new and old_pos + 1 < n_old and old[old_pos + 1] == new[new_pos + 1]:
+        old_pos += 1
+        new_pos += 1
+    head: tuple[int, int, object] | None = (old_pos + 1, _COMMON, None) if old_pos >= 0 else None
+    if old_pos + 1 >= n_old and new_pos + 1 >= n_new:
+        return _components(head)
+
+    best: dict[int, tuple[int, tuple[int, int, object] | None] | None] = {0: (old_pos, head)}
+    min_diag, max_diag = -_FAR, _FAR
+    limit = n_old + n_new if max_edits is None else min(n_old + n_new, max_edits)
+    edit = 1
+    while edit <= limit:
+        diag = max(min_diag, -edit)
+        while diag <= min(max_diag, edit):
+            remove = best.get(diag - 1)
+            add = best.get(diag + 1)
+            if remove is not None:
+                best[diag - 1] = None
+            can_add = add is not None and 0 <= add[0] - diag < n_new
+            can_remove = remove is not None and remove[0] + 1 < n_old
+            if not can_add and not can_remove:
+                best[diag] = None
+                diag += 2
+                continue
+            if not can_remove or (can_add and remove[0] < add[0]):  # type: ignore[index]
+                old_pos, component = add[0], _extend(add[1], _ADDED)  # type: ignore[index]
+            else:
+                old_pos, component = remove[0] + 1, _extend(remove[1], _REMOVED)  # type: ignore[index]
+            new_pos = old_pos - diag
+            start = old_pos
+            while (
+                new_pos + 1 < n_new and old_pos + 1 < n_old and old[old_pos + 1] == new[new_pos + 1]
+            ):
+                old_pos += 1
+                new_pos += 1
+            if old_pos != start:
+                component = (old_pos - start, _COMMON, component)
+            if old_pos + 1 >= n_old and new_pos + 1 >= n_new:
+                return _components(component)
+            best[diag] = (old_pos, component)
+            if old_pos + 1 >= n_old:
+                max_diag = min(max_diag, diag - 1)
+            if new_pos + 1 >= n_new:
+                min_diag = max(min_diag, diag + 1)
+            diag += 2
+        edit += 1
+    raise _Abandoned
+
+
+def _components(last: tuple[int, int, object] | None) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    node: object = last
+    while node is not None:
+        count, kind, prev = node  # type: ignore[misc]
+        out.append((kind, count))
+        node = prev
+    out.reverse()
+    return out
+
+
+def diff_hunks(prior: str, nxt: str, *, max_edits: int | None = None) -> list[Hunk] | None:
+    """Compute jsdiff's context-0 hunks from ``prior`` to ``nxt``.
+
+    Args:
+        prior: the old text.
+        nxt: the new text.
+        max_edits: give up (return ``None``) when the edit script needs more line
+            insertions plus deletions than this; ``None`` means no limit (jsdiff's
+            behaviour, as Mastra calls it).
+    """
+    old_tokens, new_tokens = tokenize(prior), tokenize(nxt)
+    ids: dict[str, int] = {}
+    old_ids = [ids.setdefault(t, len(ids)) for t in old_tokens]
+    new_ids = [ids.setdefault(t, len(ids)) for t in new_tokens]
+    try:
+        script = _edit_script(old_ids, new_ids, max_edits)
+    except _Abandoned:
+        return None
+
+    hunks: list[Hunk] = []
+    old_line = new_line = 1
+    pending: list[str] = []
+    old_start = new_start = 0
+    for kind, count in [*script, (_COMMON, 0)]:
+        if kind == _COMMON:
+            if pending:
+                hunks.append(
+                    Hunk(
+                        old_start,
+                        old_line - old_start,
+                        new_start,
+                        new_line - new_start,
+                        tuple(pending),
+                    )
+                )
+                pending = []
+            old_line += count
+            new_line += count
+            continue
+        if not pending:
+            old_start, new_start = old_line, new_line
+        if kind == _ADDED:
+            pending.extend("+" + _strip_nl(t) for t in new_tokens[new_line - 1 : new_line - 1 + count])
+            new_line += count
+        else:
+            pending.extend("-" + _strip_nl(t) for t in old_tokens[old_line - 1 : old_line - 1 + count])
+            old_line += count
+    return hunks
+
+
+def _strip_nl(token: str) -> str:
+    return token[:-1] if token.endswith("\n") else token
+
+
+def render_hunks(hunks: list[Hunk]) -> str:
+    """Render hunks the way Mastra's ``renderHunksOnly`` does."""
+    return "\n".join(
+        "\n".join(
+            (f"@@ -{h.old_start},{h.old_lines} +{h.new_start},{h.new_lines} @@", *h.lines)
+        )
+        for h in hunks
+    )
+
+
+def unified_patch(prior: str, nxt: str, *, max_edits: int | None = None) -> str | None:
+    """Hunks-only unified diff from ``prior`` to ``nxt`` (``None`` past ``max_edits``)."""
+    hunks = diff_hunks(prior, nxt, max_edits=max_edits)
+    return None if hunks is None else render_hunks(hunks)
+
+
+def parse_patch(patch: str) -> list[Hunk]:
+    """Parse a hunks-only patch, checking every header against the lines that follow."""
+    if patch == "":
+        return []
+    lines = patch.split("\n")
+    hunks: list[Hunk] = []
+    i = 0
+    while i < len(lines):
+        match = _HEADER.fullmatch(lines[i])
+        if match is None:
+            raise PatchError(f"line {i + 1} of the patch: expected a '@@ -A,B +C,D @@' header")
+        old_start, old_count, new_start, new_count = (int(g) for g in match.groups())
+        body = lines[i + 1 : i + 1 + old_count + new_count]
+        if len(body) != old_count + new_count:
+            raise PatchError(f"hunk {len(hunks) + 1}: header promises more lines than the patch has")
+        removed = sum(1 for line in body if line.startswith("-"))
+        added = sum(1 for line in body if line.startswith("+"))
+        if removed != old_count or added != new_count:
+            raise PatchError(
+                f"hunk {len(hunks) + 1}: header says -{old_count} +{new_count}, "
+                f"body has -{removed} +{added}"
+            )
+        hunks.append(Hunk(old_start, old_count, new_start, new_count, tuple(body)))
+        i += 1 + old_count + new_count
+    return hunks
+
+
+def apply_patch(prior: str, patch: str) -> str:
+    """Apply a hunks-only patch to ``prior`` and return the new text.
+
+    Raises:
+        PatchError: the patch is malformed, a hunk is out of order or out of range,
+            or a removed line differs from the prior text.
+    """
+    old = prior.split("\n") if prior else []
+    out: list[str] = []
+    cursor = 0
+    offset = 0
+    for number, hunk in enumerate(parse_patch(patch), start=1):
+        start = hunk.old_start - 1
+        if start < cursor or start + hunk.old_lines > len(old):
+            raise PatchError(f"hunk {number}: old range {hunk.old_start},{hunk.old_lines} does not fit")
+        if hunk.new_start != hunk.old_start + offset:
+            raise PatchError(f"hunk {number}: new start {hunk.new_start} is inconsistent")
+        expected = old[start : start + hunk.old_lines]
+        got = [line[1:] for line in hunk.lines if line[0] == "-"]
+        if got != expected:
+            bad = next(k for k, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
+            raise PatchError(
+                f"hunk {number}: removed line {hunk.old_start + bad} does not match the prior text"
+            )
+        out.extend(old[cursor:start])
+        out.extend(line[1:] for line in hunk.lines if line[0] == "+")
+        cursor = start + hunk.old_lines
+        offset += hunk.new_lines - hunk.old_lines
+    out.extend(old[cursor:])
+    return "\n".join(out)

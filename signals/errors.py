@@ -1,0 +1,85 @@
+"""The error hierarchy of wm-signals: one root, then narrow errors, each saying when it is raised.
+
+Callers catch :class:`WmSignalsError` for "anything this library refused", or a narrow
+class to react to one condition (a CLI maps :class:`InvalidInputError` to exit code 2 and
+:class:`ConflictError` to exit code 3).
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "ConflictError",
+    "DocumentTooLargeError",
+    "EmptyTemplateOverwriteError",
+    "GroupMissingError",
+    "InvalidInputError",
+    "PatchError",
+    "ReadOnlyError",
+    "RedisUnavailableError",
+    "ScenarioError",
+    "SchemaValidationError",
+    "ThreadOwnerError",
+    "VerifyError",
+    "WmSignalsError",
+)
+
+
+class WmSignalsError(Exception):
+    """Root of every error raised by wm-signals."""
+
+
+class InvalidInputError(WmSignalsError):
+    """Raised when a caller's input is malformed: unknown scope or format, bad JSON, a missing id."""
+
+
+class ScenarioError(InvalidInputError):
+    """Raised by ``simulate`` when a scenario is not in the documented shape; names the step and field."""
+
+
+class PatchError(InvalidInputError):
+    """Raised when a unified-diff patch is malformed or does not fit the prior text."""
+
+
+class SchemaValidationError(InvalidInputError):
+    """Raised when a schema-mode document fails validation; ``fields`` names the failing paths."""
+
+    def __init__(self, message: str, fields: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
+class EmptyTemplateOverwriteError(InvalidInputError):
+    """Raised when a template-mode write equals the empty template while data exists (no data loss)."""
+
+
+class DocumentTooLargeError(InvalidInputError):
+    """Raised when a working-memory document exceeds the configured size limit."""
+
+
+class ThreadOwnerError(InvalidInputError):
+    """Raised when a write or thread creation names a resource other than the thread's owner."""
+
+
+class ReadOnlyError(WmSignalsError):
+    """Raised when a read-only client is asked to write."""
+
+
+class ConflictError(WmSignalsError):
+    """Raised when a write's expected version is not the lane's current version."""
+
+    def __init__(self, message: str, *, expected: int, actual: int) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
+class RedisUnavailableError(WmSignalsError):
+    """Raised when Redis cannot be reached after the bounded retries."""
+
+
+class GroupMissingError(WmSignalsError):
+    """Raised when a consumer group vanished under a running worker (NOGROUP): fatal."""
+
+
+class VerifyError(WmSignalsError):
+    """Raised by replay verification; names the first broken signal."""

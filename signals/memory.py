@@ -1,0 +1,179 @@
+"""Working-memory write semantics: template mode (replace) and schema mode (merge). Pure.
+
+Template mode stores Markdown and replaces the whole document. A write that equals the
+template (whitespace collapsed) over existing data that is not itself the template is
+refused (:class:`~signals.errors.EmptyTemplateOverwriteError`): that is how a model
+"clears" memory by accident, and Mastra refuses it too.
+
+Schema mode stores JSON and merges (:func:`~signals.merge.deep_merge`: objects
+deep-merge, ``null`` deletes, arrays replace). The merged document is validated against
+the user's schema, a pydantic model class or a JSON Schema dict; a failure names every
+failing field and nothing is stored. Documents are serialised as compact JSON in key
+order, integral floats printed as integers (what ``JSON.stringify`` gives).
+
+Every document is checked against the configured size limit (UTF-8 bytes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pydantic
+from jsonschema import Draft202012Validator
+
+from signals.codec import decode_json, encode_json
+from signals.errors import (
+    DocumentTooLargeError,
+    EmptyTemplateOverwriteError,
+    InvalidInputError,
+    SchemaValidationError,
+)
+from signals.merge import deep_merge, normalise_numbers
+from signals.models import Format, Scope
+
+__all__ = (
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_TEMPLATE",
+    "Schema",
+    "WorkingMemoryConfig",
+    "apply_merge",
+    "apply_replace",
+    "check_size",
+    "json_schema_of",
+    "parse_merge_input",
+)
+
+#: Mastra's default working-memory template (``Memory.defaultWorkingMemoryTemplate``).
+DEFAULT_TEMPLATE = """
+# User Information
+- **First Name**: 
+- **Last Name**: 
+- **Location**: 
+- **Occupation**: 
+- **Interests**: 
+- **Goals**: 
+- **Events**: 
+- **Facts**: 
+- **Projects**: 
+"""
+DEFAULT_MAX_BYTES = 64 * 1024
+_WS = re.compile(r"\s+")
+
+Schema = type[pydantic.BaseModel] | dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkingMemoryConfig:
+    """How a lane's working memory is shaped.
+
+    Attributes:
+        scope: ``resource`` (one document per user, the default) or ``thread``.
+        template: the Markdown template (template mode); ignored when ``schema`` is set.
+        schema: a pydantic model class or a JSON Schema dict: schema mode (JSON, merge).
+        max_bytes: the largest document accepted, in UTF-8 bytes.
+    """
+
+    scope: Scope = "resource"
+    template: str | None = DEFAULT_TEMPLATE
+    schema: Schema | None = None
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+    def __post_init__(self) -> None:
+        if self.scope not in ("resource", "thread"):
+            raise InvalidInputError(f"unknown scope {self.scope!r}: use 'resource' or 'thread'")
+        if self.max_bytes <= 0:
+            raise InvalidInputError("max_bytes must be positive")
+
+    @property
+    def format(self) -> Format:
+        """``json`` in schema mode, else ``markdown``."""
+        return "json" if self.schema is not None else "markdown"
+
+
+def _collapse(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def check_size(text: str, max_bytes: int) -> None:
+    """Refuse a document over ``max_bytes`` UTF-8 bytes."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise DocumentTooLargeError(
+            f"working memory is {size} bytes, over the limit of {max_bytes} bytes"
+        )
+
+
+def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -> str:
+    """Template mode: the new document, after the empty-template guard and the size check."""
+    if not isinstance(new, str):
+        raise InvalidInputError("template-mode working memory must be a string")
+    if existing and config.template:
+        template = _collapse(config.template)
+        if _collapse(new) == template and _collapse(existing) != template:
+            raise EmptyTemplateOverwriteError(
+                "refused: the write equals the empty template and would erase existing "
+                "working memory"
+            )
+    check_size(new, config.max_bytes)
+    return new
+
+
+def parse_merge_input(update: str | dict[str, Any]) -> dict[str, Any]:
+    """Accept a merge update as a dict or JSON text; it must be a JSON object."""
+    if isinstance(update, str):
+        try:
+            update = decode_json(update)
+        except msgspec.DecodeError as e:
+            raise InvalidInputError(f"merge input is not valid JSON: {e}") from e
+    if not isinstance(update, dict):
+        raise InvalidInputError(
+            f"merge input must be a JSON object, got {type(update).__name__}"
+        )
+    return update
+
+
+def apply_merge(
+    existing: str | None, update: str | dict[str, Any], config: WorkingMemoryConfig
+) -> str:
+    """Schema mode: merge ``update`` into ``existing``, validate, serialise, size-check."""
+    patch = parse_merge_input(update)
+    current: Any = None
+    if existing:
+        try:
+            current = decode_json(existing)
+        except msgspec.DecodeError as e:
+            raise InvalidInputError(f"stored working memory is not JSON: {e}") from e
+    merged = normalise_numbers(deep_merge(current, patch))
+    if config.schema is not None:
+        _validate(merged, config.schema)
+    text = encode_json(merged)
+    check_size(text, config.max_bytes)
+    return text
+
+
+def _validate(document: dict[str, Any], schema: Schema) -> None:
+    if isinstance(schema, dict):
+        errors = sorted(Draft202012Validator(schema).iter_errors(document), key=lambda e: list(e.path))
+        if errors:
+            fields = tuple(".".join(str(p) for p in e.absolute_path) or "(root)" for e in errors)
+            detail = "; ".join(f"{f}: {e.message}" for f, e in zip(fields, errors, strict=True))
+            raise SchemaValidationError(f"working memory fails its schema: {detail}", fields)
+        return
+    try:
+        schema.model_validate(document)
+    except pydantic.ValidationError as e:
+        fields = tuple(".".join(str(p) for p in err["loc"]) or "(root)" for err in e.errors())
+        detail = "; ".join(
+            f"{f}: {err['msg']}" for f, err in zip(fields, e.errors(), strict=True)
+        )
+        raise SchemaValidationError(f"working memory fails its schema: {detail}", fields) from e
+
+
+def json_schema_of(schema: Schema) -> dict[str, Any]:
+    """The JSON Schema of a schema (a pydantic model's, or the dict itself)."""
+    if isinstance(schema, dict):
+        return schema
+    return schema.model_json_schema()

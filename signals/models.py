@@ -1,0 +1,110 @@
+"""Wire types: frozen msgspec Structs with camelCase JSON names.
+
+Readable by any Redis client in any language. Field order is part of the wire format
+(the Mastra fields come first, in Mastra's key order); new fields get defaults and go at
+the end; unknown fields are ignored on decode so that old readers survive new writers.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+__all__ = (
+    "Attributes",
+    "DeadLetter",
+    "Delivery",
+    "Format",
+    "Mode",
+    "Scope",
+    "Signal",
+    "WriteEvent",
+)
+
+Format = Literal["markdown", "json"]
+Scope = Literal["resource", "thread"]
+Mode = Literal["snapshot", "delta"]
+PatchKind = Literal["unified-diff", "json-merge-patch"]
+
+STATE_ID = "working-memory"
+TAG_NAME = "working-memory"
+
+
+class Attributes(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The markup attributes: ``format``, ``scope`` and, on a delta, the ``patch`` kind."""
+
+    format: Format
+    scope: Scope
+    patch: PatchKind | None = None
+
+
+class Signal(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, rename="camel"):
+    """A ``working-memory`` state signal, byte-compatible with Mastra's for its own fields.
+
+    ``value`` is the full text after the signal; on a delta it may be left out of the
+    stream (a subscriber rebuilds it). ``base_version`` is the lane version a delta
+    applies to; ``write_version`` is the document version that produced the signal.
+    """
+
+    id: str
+    mode: Mode
+    cache_key: str
+    tag_name: str
+    contents: str
+    delta: str | None = None
+    value: str | None = None
+    attributes: Attributes
+    version: int
+    lane: str
+    resource_id: str | None = None
+    thread_id: str | None = None
+    emitted_at: str | None = None
+    base_version: int | None = None
+    write_version: int | None = None
+
+
+class WriteEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One committed working-memory write, appended to the lane's partition write stream.
+
+    ``data`` is the whole stored document after the write (not the caller's input), so
+    that a worker needs nothing else to compute the signal, and a requeued or replayed
+    event is self-contained.
+    """
+
+    lane: str
+    scope: Scope
+    format: Format
+    version: int
+    data: str
+    op: Literal["replace", "merge", "create"]
+    resource_id: str | None = None
+    thread_id: str | None = None
+    written_at: str | None = None
+    idempotency_key: str | None = None
+
+
+class Delivery(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One working-memory message an agent loop put into its model's context window."""
+
+    thread_id: str
+    step: int
+    lane: str
+    version: int
+    mode: Mode
+    reason: Literal["bootstrap", "new", "reinject"]
+    cache_key: str
+    contents: str
+    attributes: Attributes
+    at: str | None = None
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """An event a worker gave up on, with the reason, kept for inspection and requeue."""
+
+    stream: str
+    entry_id: str
+    fields: dict[str, str]
+    error: str
+    attempts: int
+    at: str | None = None

@@ -1,0 +1,71 @@
+"""Property tests: applying the produced patch to the prior gives the next text exactly."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from signals.cachekey import js_trim
+from signals.diff import apply_patch, diff_hunks, unified_patch
+from signals.errors import PatchError
+
+LINE = st.one_of(
+    st.sampled_from(["", "a", "b", "a\r", "- item", "é", "😀", "  x", "\u2028", "\ufeff"]),
+    st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=6),
+)
+DOC = st.lists(LINE, max_size=25)
+SEP = st.sampled_from(["\n", "\r\n"])
+
+
+@given(DOC, DOC, SEP)
+@settings(max_examples=400, deadline=None)
+def test_apply_inverts_diff(old: list[str], new: list[str], sep: str) -> None:
+    """For any trimmed prior and next text, apply(prior, patch) == next."""
+    prior, nxt = js_trim(sep.join(old)), js_trim(sep.join(new))
+    if not prior or not nxt:
+        return
+    assert apply_patch(prior, unified_patch(prior, nxt) or "") == nxt
+
+
+@given(DOC)
+def test_identical_texts_have_no_hunks(doc: list[str]) -> None:
+    """Equal texts diff to nothing."""
+    text = "\n".join(doc)
+    assert diff_hunks(text, text) == []
+
+
+@given(DOC, DOC)
+def test_hunk_counts_match_lines(old: list[str], new: list[str]) -> None:
+    """Every hunk header's counts equal its ``-`` and ``+`` lines."""
+    for hunk in diff_hunks("\n".join(old), "\n".join(new)) or []:
+        assert hunk.old_lines == sum(1 for line in hunk.lines if line[0] == "-")
+        assert hunk.new_lines == sum(1 for line in hunk.lines if line[0] == "+")
+
+
+def test_repeated_lines_pick_jsdiffs_copy() -> None:
+    """With repeated lines the reported copy is jsdiff's (difflib reports ``-4,2``)."""
+    assert unified_patch("x\na\nx\na\nx", "x\na\nx") == "@@ -3,2 +3,0 @@\n-x\n-a"
+    assert unified_patch("a\nb\na\nb", "a\nb") == "@@ -2,2 +2,0 @@\n-b\n-a"
+
+
+def test_max_edits_gives_up() -> None:
+    """A budget smaller than the edit script returns None instead of a patch."""
+    assert unified_patch("a\nb\nc", "x\ny\nz", max_edits=2) is None
+
+
+@pytest.mark.parametrize(
+    ("prior", "patch", "message"),
+    [
+        ("a\nb", "@@ -1,1 +1,1 @@\n-x\n+y", "does not match"),
+        ("a\nb", "@@ -5,1 +5,1 @@\n-a\n+y", "does not fit"),
+        ("a\nb", "@@ -1,1 +1,1 @@\n-a", "promises more lines"),
+        ("a\nb", "garbage", "header"),
+        ("a\nb", "@@ -1,1 +1,1 @@\n+a\n+b", "body has"),
+        ("a\nb", "@@ -1,1 +2,1 @@\n-a\n+y", "inconsistent"),
+    ],
+)
+def test_bad_patches_are_refused(prior: str, patch: str, message: str) -> None:
+    """A patch that does not fit is refused with an error naming the hunk."""
+    with pytest.raises(PatchError, match=message):
+        apply_patch(prior, patch)

@@ -1,0 +1,1 @@
+"""wm-signals worker processes and CLI."""
