@@ -12,7 +12,6 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -20,6 +19,8 @@ from signals.codec import decode_json, encode_json
 from signals.errors import ConflictError, InvalidInputError, WmSignalsError
 from signals.processor import POLICIES
 from signals.simulate import run_scenario
+from workers import commands
+from workers.logging import configure_logging
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_CONFLICT = 0, 1, 2, 3
 
@@ -53,22 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--policy", choices=POLICIES, default="mastra")
     sim.set_defaults(handler=_cmd_simulate)
 
-    _add_redis_commands(sub)
-    return parser
-
-
-def _add_redis_commands(sub: Any) -> None:
-    try:
-        from workers import commands
-    except ImportError:  # pragma: no cover - the Redis commands ship with the package
-        return
     commands.register(sub)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "worker":
+        configure_logging("auto", "warning")
     handler: Handler = args.handler
     try:
         return handler(args)

@@ -1,0 +1,120 @@
+"""Every Redis key, stream and group name, and the lane -> partition rule.
+
+A lane is one working-memory document: ``r:<resourceId>`` (resource scope) or
+``t:<threadId>`` (thread scope). Lane -> partition is ``crc32(lane) % partitions``,
+stable across processes and languages; the partition count is fixed per deployment.
+Every key of a lane carries its partition's hash tag ``{<namespace>:p<N>}``, shared with
+that partition's write stream, so each write and each worker commit is one script on one
+slot: the same code runs on a single Redis and on Redis Cluster. A thread's owner record
+and delivery log live in the thread lane's partition.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+from signals.errors import InvalidInputError
+from signals.models import Scope
+
+__all__ = ("GROUP", "Keys", "lane_id", "validate_id")
+
+#: The consumer group every worker joins on every partition write stream.
+GROUP = "wm-workers"
+_BAD_ID = re.compile(r"[\x00-\x1f\x7f{}]")
+MAX_ID_LENGTH = 512
+
+
+def validate_id(value: object, what: str) -> str:
+    """Check a resource or thread id: a non-empty string without control characters or braces."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"{what} must be a non-empty string")
+    if len(value) > MAX_ID_LENGTH or _BAD_ID.search(value):
+        raise InvalidInputError(
+            f"{what} {value[:40]!r} is invalid: at most {MAX_ID_LENGTH} characters, "
+            "no control characters or braces"
+        )
+    return value
+
+
+def lane_id(scope: Scope, resource_id: str | None, thread_id: str | None) -> str:
+    """The lane of a document: ``r:<resourceId>`` or ``t:<threadId>``."""
+    if scope == "resource":
+        return "r:" + validate_id(resource_id, "resource id")
+    if scope == "thread":
+        return "t:" + validate_id(thread_id, "thread id (thread scope needs one)")
+    raise InvalidInputError(f"unknown scope {scope!r}: use 'resource' or 'thread'")
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names under one namespace with a fixed partition count."""
+
+    namespace: str = "wm"
+    partitions: int = 16
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.namespace):
+            raise InvalidInputError(f"namespace {self.namespace!r} must match [A-Za-z0-9_.:-]{{1,64}}")
+        if not 1 <= self.partitions <= 4096:
+            raise InvalidInputError("partitions must be between 1 and 4096")
+
+    def partition(self, lane: str) -> int:
+        """The partition of a lane."""
+        return zlib.crc32(lane.encode("utf-8", "surrogatepass")) % self.partitions
+
+    def tag(self, partition: int) -> str:
+        """The key prefix (with hash tag) of a partition."""
+        return f"{self.namespace}:{{p{partition}}}"
+
+    def _lane_key(self, kind: str, lane: str) -> str:
+        return f"{self.tag(self.partition(lane))}:{kind}:{lane}"
+
+    def doc(self, lane: str) -> str:
+        """Hash: ``data``, ``version``, ``format``, ``scope``, ``updatedAt``."""
+        return self._lane_key("doc", lane)
+
+    def track(self, lane: str) -> str:
+        """Hash: the worker's tracking of the lane's signals (version, cacheKey, prior...)."""
+        return self._lane_key("trk", lane)
+
+    def signals(self, lane: str) -> str:
+        """Stream: the lane's signals, starting with a snapshot."""
+        return self._lane_key("sig", lane)
+
+    def snapshots(self, lane: str) -> str:
+        """List: stream ids of the retained snapshots, oldest first."""
+        return self._lane_key("snaps", lane)
+
+    def idempotency(self, lane: str, key: str) -> str:
+        """String: the version a write with this idempotency key produced."""
+        return f"{self._lane_key('idem', lane)}:{key}"
+
+    def thread(self, thread_id: str) -> str:
+        """Hash: a thread's owner ``resource`` and ``createdAt`` (never changes)."""
+        return self._lane_key("thread", "t:" + thread_id)
+
+    def deliveries(self, thread_id: str) -> str:
+        """Stream: what the agent loop of a thread put into its model's window."""
+        return self._lane_key("dlv", "t:" + thread_id)
+
+    def writes(self, partition: int) -> str:
+        """Stream: the partition's write events (consumer group :data:`GROUP`)."""
+        return f"{self.tag(partition)}:writes"
+
+    def dead_letters(self, partition: int) -> str:
+        """Stream: events the workers gave up on, with the reason."""
+        return f"{self.tag(partition)}:dlq"
+
+    def failures(self, partition: int) -> str:
+        """Hash: entry id -> failed attempts, for events still being retried."""
+        return f"{self.tag(partition)}:fails"
+
+    def lanes(self, partition: int) -> str:
+        """Set: the lanes of the partition."""
+        return f"{self.tag(partition)}:lanes"
+
+    def all_writes(self) -> list[str]:
+        """Every partition's write stream, in partition order."""
+        return [self.writes(p) for p in range(self.partitions)]

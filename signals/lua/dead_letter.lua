@@ -1,0 +1,7 @@
+-- Move one write event to the dead-letter stream with its reason, and acknowledge it.
+-- KEYS: 1 writes stream, 2 dead-letter stream, 3 failures hash
+-- ARGV: 1 group, 2 entry id, 3 dead letter json, 4 dead-letter stream max length
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'e', ARGV[3])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[2])
+return 1

@@ -1,0 +1,27 @@
+-- One working-memory write: idempotency, thread owner, compare-and-set on the version,
+-- store the document and append the write event, atomically on one slot.
+-- KEYS: 1 doc, 2 writes stream, 3 idempotency key (or doc when none), 4 thread key
+--       (or doc when no owner check here), 5 lanes set
+-- ARGV: 1 expected version, 2 new version, 3 data, 4 format, 5 event json,
+--       6 owner resource ('' = no check), 7 idempotency ttl s, 8 lane, 9 now iso, 10 scope
+if KEYS[3] ~= KEYS[1] then
+  local prev = redis.call('GET', KEYS[3])
+  if prev then return {'dup', prev} end
+end
+if ARGV[6] ~= '' then
+  local owner = redis.call('HGET', KEYS[4], 'resource')
+  if owner and owner ~= ARGV[6] then return {'owner', owner} end
+  if not owner then redis.call('HSET', KEYS[4], 'resource', ARGV[6], 'createdAt', ARGV[9]) end
+end
+local cur = redis.call('HMGET', KEYS[1], 'version', 'format')
+local version = tonumber(cur[1] or '0')
+if version ~= tonumber(ARGV[1]) then return {'conflict', tostring(version)} end
+if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
+redis.call('HSET', KEYS[1], 'data', ARGV[3], 'version', ARGV[2], 'format', ARGV[4],
+  'scope', ARGV[10], 'updatedAt', ARGV[9])
+local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[5])
+redis.call('SADD', KEYS[5], ARGV[8])
+if KEYS[3] ~= KEYS[1] then
+  redis.call('SET', KEYS[3], ARGV[2], 'EX', tonumber(ARGV[7]))
+end
+return {'ok', id}

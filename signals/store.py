@@ -1,0 +1,299 @@
+"""The write API: read, replace and merge a lane's working memory on redis.asyncio.
+
+Every write is a compare-and-set on the lane's version, done by one Lua script on the
+lane's slot that also appends the write event to the partition write stream, so a
+committed write always has its event and a refused one leaves nothing behind. Without
+an explicit ``if_version`` a write that loses the race is recomputed on the fresh
+document and retried (merges never lose a field); with one, a mismatch raises
+:class:`~signals.errors.ConflictError`. An ``idempotency_key`` makes a retried write
+apply once: the retry returns the version the first attempt produced (keys expire after
+``idempotency_ttl_s``).
+
+A thread belongs to one resource forever: the first write or :meth:`create_thread`
+records the owner; a write naming another resource is refused. For thread scope the
+check is inside the write script; for resource scope it is a separate step, safe because
+the owner never changes once set.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+import structlog
+from redis import exceptions as redis_exc
+from redis.asyncio import Redis
+
+from signals._util import connect, lua, now_iso
+from signals.codec import encode_json
+from signals.errors import (
+    ConflictError,
+    InvalidInputError,
+    ReadOnlyError,
+    RedisUnavailableError,
+    ThreadOwnerError,
+    WmSignalsError,
+)
+from signals.keys import Keys, lane_id, validate_id
+from signals.memory import WorkingMemoryConfig, apply_merge, apply_replace, check_size
+from signals.models import Format, Scope, WriteEvent
+
+__all__ = ("Document", "LaneRef", "WorkingMemoryStore")
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRef:
+    """Which document a call is about."""
+
+    lane: str
+    scope: Scope
+    resource_id: str | None
+    thread_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A stored working-memory document at a version."""
+
+    lane: str
+    data: str
+    version: int
+    format: Format
+
+
+class WorkingMemoryStore:
+    """Reads and writes working memory; one instance per process is plenty.
+
+    Args:
+        redis: a redis.asyncio client (see :func:`signals._util.connect`).
+        keys: namespace and partition count; must match the workers'.
+        config: the working-memory shape (scope, template or schema, size limit).
+        read_only: refuse every write (:class:`~signals.errors.ReadOnlyError`).
+        idempotency_ttl_s: how long an idempotency key is remembered.
+        max_attempts: compare-and-set attempts before giving up under contention.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        keys: Keys | None = None,
+        config: WorkingMemoryConfig | None = None,
+        read_only: bool = False,
+        idempotency_ttl_s: int = 86_400,
+        max_attempts: int = 100,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys or Keys()
+        self.config = config or WorkingMemoryConfig()
+        self.read_only = read_only
+        self.idempotency_ttl_s = idempotency_ttl_s
+        self.max_attempts = max_attempts
+        self._write = redis.register_script(lua("write"))
+        self._thread = redis.register_script(lua("thread"))
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> WorkingMemoryStore:
+        """A store on a new connection pool for ``url``."""
+        return cls(connect(url), **kwargs)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self.redis.aclose()
+
+    def ref(
+        self, resource_id: str | None, thread_id: str | None = None, scope: Scope | None = None
+    ) -> LaneRef:
+        """Resolve which lane a call addresses (scope defaults to the config's)."""
+        scope = scope or self.config.scope
+        if resource_id is not None:
+            validate_id(resource_id, "resource id")
+        if thread_id is not None:
+            validate_id(thread_id, "thread id")
+        if scope == "resource" and resource_id is None:
+            raise InvalidInputError("resource scope needs a resource id")
+        return LaneRef(lane_id(scope, resource_id, thread_id), scope, resource_id, thread_id)
+
+    async def get(
+        self, resource_id: str | None, thread_id: str | None = None, scope: Scope | None = None
+    ) -> Document | None:
+        """The stored document, or ``None`` when the lane has none."""
+        ref = self.ref(resource_id, thread_id, scope)
+        return await self._read(ref.lane)
+
+    async def _read(self, lane: str) -> Document | None:
+        try:
+            data, version, fmt = await self.redis.hmget(self.keys.doc(lane), ["data", "version", "format"])
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"reading {lane}: {e}") from e
+        if version is None:
+            return None
+        return Document(lane, data or "", int(version), fmt)
+
+    async def thread_owner(self, thread_id: str) -> str | None:
+        """The resource that owns a thread, or ``None`` when the thread does not exist."""
+        owner: str | None = await self.redis.hget(self.keys.thread(validate_id(thread_id, "thread id")), "resource")
+        return owner
+
+    async def create_thread(
+        self,
+        thread_id: str,
+        resource_id: str,
+        *,
+        initial: str | dict[str, Any] | None = None,
+    ) -> int | None:
+        """Create a thread owned by ``resource_id``; write ``initial`` working memory if given.
+
+        Creating an existing thread with the same owner is a no-op. Returns the version of
+        the initial write, if any.
+
+        Raises:
+            ThreadOwnerError: the thread exists and belongs to another resource.
+        """
+        self._check_writable()
+        await self._ensure_owner(validate_id(thread_id, "thread id"), validate_id(resource_id, "resource id"))
+        if initial is None:
+            return None
+        if isinstance(initial, dict) or self.config.format == "json":
+            return await self.merge(resource_id, initial, thread_id=thread_id, op="create")
+        return await self.replace(resource_id, initial, thread_id=thread_id, op="create")
+
+    async def _ensure_owner(self, thread_id: str, resource_id: str) -> None:
+        status, owner = await self._thread(keys=[self.keys.thread(thread_id)], args=[resource_id, now_iso()])
+        if status == "owner":
+            raise ThreadOwnerError(
+                f"thread {thread_id!r} belongs to resource {owner!r}, not {resource_id!r}"
+            )
+
+    async def replace(
+        self,
+        resource_id: str | None,
+        text: str,
+        *,
+        thread_id: str | None = None,
+        scope: Scope | None = None,
+        if_version: int | None = None,
+        idempotency_key: str | None = None,
+        op: Literal["replace", "create"] = "replace",
+    ) -> int:
+        """Template mode: replace the whole Markdown document. Returns the new version."""
+        if self.config.format != "markdown":
+            raise InvalidInputError("this store is in schema mode (JSON): use merge()")
+        return await self._commit(
+            self.ref(resource_id, thread_id, scope),
+            lambda existing: apply_replace(existing, text, self.config),
+            if_version=if_version,
+            idempotency_key=idempotency_key,
+            op=op,
+        )
+
+    async def merge(
+        self,
+        resource_id: str | None,
+        update: str | dict[str, Any],
+        *,
+        thread_id: str | None = None,
+        scope: Scope | None = None,
+        if_version: int | None = None,
+        idempotency_key: str | None = None,
+        op: Literal["merge", "create"] = "merge",
+    ) -> int:
+        """Schema mode: deep-merge ``update`` (null deletes, arrays replace), validate, store."""
+        if self.config.format != "json":
+            raise InvalidInputError("this store is in template mode (Markdown): use replace()")
+        return await self._commit(
+            self.ref(resource_id, thread_id, scope),
+            lambda existing: apply_merge(existing, update, self.config),
+            if_version=if_version,
+            idempotency_key=idempotency_key,
+            op=op,
+        )
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyError("this working-memory client is read-only")
+
+    async def _commit(
+        self,
+        ref: LaneRef,
+        compute: Callable[[str | None], str],
+        *,
+        if_version: int | None,
+        idempotency_key: str | None,
+        op: Literal["replace", "merge", "create"],
+    ) -> int:
+        self._check_writable()
+        if idempotency_key is not None:
+            validate_id(idempotency_key, "idempotency key")
+        owner = ""
+        if ref.thread_id is not None:
+            if ref.resource_id is None:
+                existing_owner = await self.thread_owner(ref.thread_id)
+                if existing_owner is None:
+                    raise InvalidInputError(f"thread {ref.thread_id!r} does not exist: name its resource")
+                ref = LaneRef(ref.lane, ref.scope, existing_owner, ref.thread_id)
+            elif ref.scope == "thread":
+                owner = ref.resource_id  # checked atomically inside the write script
+            else:
+                await self._ensure_owner(ref.thread_id, ref.resource_id)
+        keys = self.keys
+        doc_key = keys.doc(ref.lane)
+        partition = keys.partition(ref.lane)
+        script_keys = [
+            doc_key,
+            keys.writes(partition),
+            keys.idempotency(ref.lane, idempotency_key) if idempotency_key else doc_key,
+            keys.thread(ref.thread_id) if owner else doc_key,
+            keys.lanes(partition),
+        ]
+        for attempt in range(self.max_attempts):
+            current = await self._read(ref.lane)
+            version = current.version if current else 0
+            if if_version is not None and version != if_version:
+                raise ConflictError(
+                    f"{ref.lane} is at version {version}, expected {if_version}",
+                    expected=if_version, actual=version,
+                )
+            if current is not None and current.format != self.config.format:
+                raise InvalidInputError(
+                    f"{ref.lane} holds {current.format} working memory, not {self.config.format}"
+                )
+            data = compute(current.data if current else None)
+            check_size(data, self.config.max_bytes)
+            now = now_iso()
+            event = WriteEvent(
+                lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
+                data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,
+                written_at=now, idempotency_key=idempotency_key,
+            )
+            args = [version, version + 1, data, self.config.format, encode_json(event), owner,
+                    self.idempotency_ttl_s, ref.lane, now, ref.scope]
+            try:
+                status, detail = await self._write(keys=script_keys, args=args)
+            except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+                raise RedisUnavailableError(f"writing {ref.lane}: {e}") from e
+            if status == "ok":
+                log.debug("wm.written", lane=ref.lane, version=version + 1, op=op)
+                return version + 1
+            if status == "dup":
+                return int(detail)
+            if status == "owner":
+                raise ThreadOwnerError(
+                    f"thread {ref.thread_id!r} belongs to resource {detail!r}, not {ref.resource_id!r}"
+                )
+            if status == "format":
+                raise InvalidInputError(f"{ref.lane} holds {detail} working memory, not {self.config.format}")
+            if if_version is not None:
+                raise ConflictError(
+                    f"{ref.lane} is at version {detail}, expected {if_version}",
+                    expected=if_version, actual=int(detail),
+                )
+            await anyio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+        raise WmSignalsError(f"{ref.lane}: gave up after {self.max_attempts} conflicting writes")
+
+

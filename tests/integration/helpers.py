@@ -1,0 +1,98 @@
+"""Shared helpers for the Redis tests: run workers, wait for catch-up, check lane histories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from redis.asyncio import Redis
+
+from signals._util import connect
+from signals.cachekey import js_trim
+from signals.keys import Keys
+from signals.progress import lagging_lanes
+from signals.replay import materialise, read_signals
+from workers.consumer import Consumer
+from workers.settings import Settings
+from workers.supervisor import run_worker
+
+
+def settings_for(url: str, keys: Keys, **overrides: Any) -> Settings:
+    """Worker settings for a test namespace (fast maintenance, short claims)."""
+    values: dict[str, Any] = {
+        "redis_url": url, "namespace": keys.namespace, "partitions": keys.partitions,
+        "maintenance_interval_s": 0.2, "claim_idle_ms": 1000, "keep_snapshots": 1000,
+        "block_ms": 20,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@asynccontextmanager
+async def running_workers(url: str, keys: Keys, count: int = 1, **overrides: Any) -> AsyncIterator[list[Consumer]]:
+    """Run ``count`` in-process workers (each its own connection and consumer name)."""
+    stop = anyio.Event()
+    consumers: list[Consumer] = []
+    clients = [connect(url) for _ in range(count)]
+    async with anyio.create_task_group() as tg:
+        for i, client in enumerate(clients):
+            consumers.append(await tg.start(_worker, client, settings_for(url, keys, **overrides), f"w{i}", stop))
+        try:
+            yield consumers
+        finally:
+            stop.set()
+    for client in clients:
+        await client.aclose()
+
+
+async def _worker(client: Redis, settings: Settings, name: str, stop: anyio.Event, *, task_status: Any) -> None:
+    await run_worker(client, settings, name=name, stop=stop, handle_signals=False, task_status=task_status)
+
+
+async def wait_caught_up(redis: Redis, keys: Keys, timeout: float = 60.0) -> None:
+    """Wait until every lane's processed write version equals its document version."""
+    with anyio.fail_after(timeout):
+        while await lagging_lanes(redis, keys):
+            await anyio.sleep(0.05)
+
+
+async def lanes_of(redis: Redis, keys: Keys) -> list[str]:
+    """Every lane of the namespace."""
+    out: list[str] = []
+    for p in range(keys.partitions):
+        out += sorted(await redis.smembers(keys.lanes(p)))
+    return out
+
+
+async def check_lane(redis: Redis, keys: Keys, lane: str) -> list[Any]:
+    """Assert a lane's invariants; returns its signals.
+
+    Versions are 1, 2, 3... with no gap or repeat, write versions strictly increase (no
+    write version is signalled twice), the chain rebuilds with matching cacheKeys, and
+    the text after the last signal equals the stored document (trimmed).
+    """
+    history = await read_signals(redis, keys, lane)
+    assert history, f"{lane}: no signals"
+    assert history[0][1].mode == "snapshot", f"{lane}: stream does not start with a snapshot"
+    rebuilt = list(materialise(history))
+    write_versions = [s.write_version for _, s in history]
+    assert write_versions == sorted(set(write_versions)), f"{lane}: write version signalled twice"
+    data = await redis.hget(keys.doc(lane), "data")
+    assert rebuilt[-1].value == js_trim(data), f"{lane}: final signal differs from the document"
+    return [s for _, s in history]
+
+
+def spawn_worker(url: str, keys: Keys, name: str, **flags: Any) -> subprocess.Popen[bytes]:
+    """A worker in its own process (for SIGKILL tests)."""
+    args = [sys.executable, "-m", "workers", "worker", "--redis-url", url, "--namespace", keys.namespace,
+            "--partitions", str(keys.partitions), "--consumer-name", name]
+    for flag, value in flags.items():
+        args += ["--" + flag.replace("_", "-"), str(value)]
+    env = {**os.environ, "WM_SIGNALS_MAINTENANCE_INTERVAL_S": "0.2", "WM_SIGNALS_CLAIM_IDLE_MS": "500",
+           "WM_SIGNALS_KEEP_SNAPSHOTS": "1000", "WM_SIGNALS_LOG_LEVEL": "warning"}
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

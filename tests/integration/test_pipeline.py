@@ -1,0 +1,161 @@
+"""The pipeline against real redis-server processes: writes, workers, exactly one signal per version."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from signals.keys import Keys
+from signals.memory import WorkingMemoryConfig
+from signals.store import WorkingMemoryStore
+from tests.integration.helpers import check_lane, lanes_of, running_workers, wait_caught_up
+from workers.embedded import RedisServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+JSON = WorkingMemoryConfig(schema={"type": "object"})
+
+WRITER = textwrap.dedent("""
+    import sys, anyio
+    from signals.keys import Keys
+    from signals.memory import WorkingMemoryConfig
+    from signals.store import WorkingMemoryStore
+    url, ns, who, n, mode = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+    async def main():
+        cfg = WorkingMemoryConfig(schema={"type": "object"}) if mode == "merge" else WorkingMemoryConfig()
+        store = WorkingMemoryStore.from_url(url, keys=Keys(ns, 4), config=cfg)
+        for j in range(n):
+            if mode == "merge":
+                await store.merge("shared", {f"{who}_{j}": j})
+            else:
+                await store.replace("shared", f"# writer {who}\\n- step {j}")
+        await store.aclose()
+    anyio.run(main)
+""")
+
+
+def _writers(url: str, keys: Keys, count: int, n: int, mode: str) -> None:
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, keys.namespace, f"w{i}", str(n), mode])
+             for i in range(count)]
+    for proc in procs:
+        assert proc.wait(300) == 0
+
+
+async def test_concurrent_merges_from_processes_lose_no_field(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """8 writer processes x 300 merges on one lane: every field is there, version 2400."""
+    await anyio.to_thread.run_sync(_writers, redis_server.url, keys, 8, 300, "merge")
+    store = WorkingMemoryStore(redis, keys=keys, config=JSON)
+    doc = await store.get("shared")
+    assert doc is not None and doc.version == 2400
+    import json
+
+    data = json.loads(doc.data)
+    assert data == {f"w{i}_{j}": j for i in range(8) for j in range(300)}
+
+
+async def test_concurrent_replaces_end_at_last_committed_version(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """Replace writes from 4 processes: the document is the last committed write's."""
+    await anyio.to_thread.run_sync(_writers, redis_server.url, keys, 4, 100, "replace")
+    doc = await WorkingMemoryStore(redis, keys=keys).get("shared")
+    assert doc is not None and doc.version == 400
+    stream = keys.writes(keys.partition("r:shared"))
+    last = (await redis.xrevrange(stream, count=1))[0][1]["e"]
+    import json
+
+    assert json.loads(last)["version"] == 400 and json.loads(last)["data"] == doc.data
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+async def test_workers_emit_one_signal_per_version(
+    redis_server: RedisServer, redis: Redis, keys: Keys, workers: int
+) -> None:
+    """20,000 writes on 500 lanes with 1 or 4 workers: every lane's chain is intact and current."""
+    rng = random.Random(workers)
+    store = WorkingMemoryStore(redis, keys=keys)
+    docs = {f"u{i}": [f"- fact {k}" for k in range(8)] for i in range(500)}
+
+    async def writer(lanes: list[str]) -> None:
+        for _ in range(40):
+            for resource in lanes:
+                lines = docs[resource]
+                r = rng.random()
+                if r < 0.2:
+                    pass  # exact repeat: must dedup
+                elif r < 0.6:
+                    lines[rng.randrange(len(lines))] = f"- changed {rng.random():.5f}"
+                else:
+                    lines.append(f"- new {rng.random():.5f}")
+                await store.replace(resource, "# Profile\n" + "\n".join(lines))
+
+    async with running_workers(redis_server.url, keys, workers) as consumers:
+        async with anyio.create_task_group() as tg:
+            names = list(docs)
+            for k in range(10):
+                tg.start_soon(writer, names[k::10])
+        await wait_caught_up(redis, keys, timeout=120)
+    lanes = await lanes_of(redis, keys)
+    assert len(lanes) == 500
+    for lane in lanes:
+        await check_lane(redis, keys, lane)
+    total = sum(c.stats.signals for c in consumers)
+    skipped = sum(c.stats.skipped for c in consumers)
+    assert total + skipped == 20_000
+    assert skipped > 0  # the exact repeats were deduplicated
+
+
+async def test_thread_owner_is_enforced(redis: Redis, keys: Keys) -> None:
+    """A thread belongs to one resource forever; writes naming another are refused."""
+    from signals.errors import ThreadOwnerError
+
+    store = WorkingMemoryStore(redis, keys=keys, config=WorkingMemoryConfig(scope="thread"))
+    await store.create_thread("t1", "alice", initial="# Notes\n- hello")
+    with pytest.raises(ThreadOwnerError):
+        await store.replace("bob", "# mine now", thread_id="t1")
+    with pytest.raises(ThreadOwnerError):
+        await store.create_thread("t1", "bob")
+    resource_store = WorkingMemoryStore(redis, keys=keys)
+    with pytest.raises(ThreadOwnerError):
+        await resource_store.replace("bob", "# bob", thread_id="t1")
+    doc = await store.get("alice", "t1")
+    assert doc is not None and doc.data == "# Notes\n- hello" and doc.version == 1
+
+
+async def test_idempotency_key_applies_once(redis: Redis, keys: Keys) -> None:
+    """A retried write with the same idempotency key returns the first version, stores once."""
+    store = WorkingMemoryStore(redis, keys=keys, config=JSON)
+    v1 = await store.merge("u", {"n": 1}, idempotency_key="op-1")
+    v2 = await store.merge("u", {"n": 1}, idempotency_key="op-1")
+    assert v1 == v2 == 1
+    stream = keys.writes(keys.partition("r:u"))
+    assert await redis.xlen(stream) == 1
+
+
+async def test_refused_writes_store_nothing(redis: Redis, keys: Keys) -> None:
+    """Schema violations, oversized documents, conflicts and read-only clients leave no trace."""
+    from signals.errors import ConflictError, DocumentTooLargeError, ReadOnlyError, SchemaValidationError
+
+    cfg = WorkingMemoryConfig(schema={"type": "object", "properties": {"age": {"type": "integer"}}},
+                              max_bytes=100)
+    store = WorkingMemoryStore(redis, keys=keys, config=cfg)
+    await store.merge("u", {"age": 1})
+    with pytest.raises(SchemaValidationError, match="age"):
+        await store.merge("u", {"age": "x"})
+    with pytest.raises(DocumentTooLargeError):
+        await store.merge("u", {"bio": "x" * 200})
+    with pytest.raises(ConflictError):
+        await store.merge("u", {"age": 2}, if_version=0)
+    with pytest.raises(ReadOnlyError):
+        await WorkingMemoryStore(redis, keys=keys, config=cfg, read_only=True).merge("u", {"age": 3})
+    doc = await store.get("u")
+    assert doc is not None and (doc.version, doc.data) == (1, '{"age":1}')
+    assert await redis.xlen(keys.writes(keys.partition("r:u"))) == 1

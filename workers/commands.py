@@ -1,0 +1,198 @@
+"""The Redis-backed commands of ``wm-signals``: worker, write, get (and the wiring they share).
+
+Every command takes ``--redis-url`` (default ``WM_SIGNALS_REDIS_URL``); with neither,
+an embedded redis-server is started for the run, announced on stderr and stopped at
+exit (its data goes with it: use a URL to keep state between commands).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from signals._util import connect
+from signals.codec import decode_json
+from signals.errors import InvalidInputError
+from signals.memory import WorkingMemoryConfig
+from signals.store import WorkingMemoryStore
+from workers.consumer import default_consumer_name
+from workers.embedded import RedisServer
+from workers.logging import configure_logging
+from workers.settings import Settings
+
+__all__ = ("register", "resolve_redis", "settings_from")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+    """Settings from the environment, overridden by the flags that were given."""
+    overrides = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
+    overrides.update(extra)
+    return Settings(**overrides)
+
+
+@asynccontextmanager
+async def resolve_redis(settings: Settings) -> AsyncIterator[str]:
+    """Yield the Redis URL to use, starting an embedded server when none is configured."""
+    if settings.redis_url:
+        yield settings.redis_url
+        return
+    server = await anyio.to_thread.run_sync(lambda: RedisServer().start())
+    print(f"wm-signals: no Redis URL configured: started an embedded redis-server at {server.url} "
+          "(it stops at exit; set WM_SIGNALS_REDIS_URL or --redis-url to use your own)",
+          file=sys.stderr)
+    try:
+        yield server.url
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+def _run(coro_fn: Callable[[], Awaitable[int]]) -> int:
+    return anyio.run(coro_fn)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis-url", help="Redis URL (default: $WM_SIGNALS_REDIS_URL, else embedded)")
+    parser.add_argument("--namespace", help="key prefix (default wm)")
+    parser.add_argument("--partitions", type=int, help="partition count (default 16; fixed per deployment)")
+
+
+def _lane_args(parser: argparse.ArgumentParser, *, resource_required: bool = True) -> None:
+    parser.add_argument("--resource", required=resource_required, help="resource (user) id")
+    parser.add_argument("--thread", help="thread (conversation) id")
+    parser.add_argument("--scope", choices=("resource", "thread"),
+                        help="which document: resource (default) or thread (default when only --thread)")
+
+
+def lane_scope(args: argparse.Namespace) -> str:
+    """The scope a command addresses: ``--scope``, else ``resource`` (Mastra's default)."""
+    return str(args.scope or "resource")
+
+
+def _load_schema(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        schema = decode_json(Path(path).read_bytes())
+    except Exception as e:  # noqa: BLE001 - any unreadable schema file is bad input
+        raise InvalidInputError(f"--schema {path}: not a readable JSON Schema: {e}") from e
+    if not isinstance(schema, dict):
+        raise InvalidInputError(f"--schema {path}: a JSON Schema must be an object")
+    return schema
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    configure_logging(settings.log_format, settings.log_level)
+
+    async def main() -> int:
+        from workers.supervisor import run_worker  # noqa: PLC0415 - keeps CLI start-up light
+
+        async with resolve_redis(settings) as url:
+            redis = connect(url)
+            try:
+                await run_worker(redis, settings, name=settings.consumer_name or default_consumer_name())
+            finally:
+                with anyio.move_on_after(2, shield=True):
+                    await redis.aclose()
+        return 0
+
+    return _run(main)
+
+
+def _cmd_write(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    sources = [x for x in (args.markdown, args.markdown_file, args.merge) if x is not None]
+    if len(sources) != 1:
+        raise InvalidInputError("give exactly one of --markdown, --markdown-file, --merge")
+    scope = lane_scope(args)
+
+    async def main() -> int:
+        async with resolve_redis(settings) as url:
+            is_merge = args.merge is not None
+            config = WorkingMemoryConfig(scope=scope,  # type: ignore[arg-type]
+                                         schema=_load_schema(args.schema) if is_merge else None)
+            store = WorkingMemoryStore(connect(url), keys=settings.keys(), config=config)
+            try:
+                if is_merge:
+                    version = await store.merge(args.resource, args.merge, thread_id=args.thread,
+                                                if_version=args.if_version,
+                                                idempotency_key=args.idempotency_key)
+                else:
+                    text = args.markdown
+                    if args.markdown_file is not None:
+                        try:
+                            text = Path(args.markdown_file).read_text("utf-8")
+                        except OSError as e:
+                            raise InvalidInputError(f"--markdown-file: {e}") from e
+                    version = await store.replace(args.resource, text, thread_id=args.thread,
+                                                  if_version=args.if_version,
+                                                  idempotency_key=args.idempotency_key)
+            finally:
+                await store.aclose()
+        print(version)
+        return 0
+
+    return _run(main)
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+
+    async def main() -> int:
+        async with resolve_redis(settings) as url:
+            store = WorkingMemoryStore(connect(url), keys=settings.keys(), read_only=True,
+                                       config=WorkingMemoryConfig(scope=lane_scope(args)))  # type: ignore[arg-type]
+            try:
+                doc = await store.get(args.resource, args.thread)
+            finally:
+                await store.aclose()
+        if doc is None:
+            print("wm-signals: no working memory stored for that lane", file=sys.stderr)
+            return 1
+        if args.json:
+            from signals.codec import encode_json  # noqa: PLC0415
+
+            print(encode_json({"lane": doc.lane, "version": doc.version, "format": doc.format, "data": doc.data}))
+        else:
+            print(doc.data)
+        return 0
+
+    return _run(main)
+
+
+def register(sub: Any) -> None:
+    """Add the Redis-backed commands to the CLI's sub-parsers."""
+    worker = sub.add_parser("worker", help="run a worker process (consumer group over every partition)")
+    _common(worker)
+    worker.add_argument("--policy", choices=("compact", "mastra"), help="signal policy (default compact)")
+    worker.add_argument("--snapshot-every", type=int, help="every K-th signal of a lane is a snapshot")
+    worker.add_argument("--keep-snapshots", type=int, help="snapshot chains kept per lane stream")
+    worker.add_argument("--batch", type=int, help="entries per read")
+    worker.add_argument("--consumer-name", help="consumer name (default host-pid)")
+    worker.add_argument("--grace-s", type=float, help="seconds in-flight work gets on shutdown")
+    worker.set_defaults(handler=_cmd_worker)
+
+    write = sub.add_parser("write", help="write a lane's working memory; prints the new version")
+    _common(write)
+    _lane_args(write)
+    write.add_argument("--markdown", help="the whole Markdown document (template mode)")
+    write.add_argument("--markdown-file", help="read the Markdown document from a file")
+    write.add_argument("--merge", help="a JSON object to deep-merge (schema mode; null deletes)")
+    write.add_argument("--schema", help="JSON Schema file to validate merged documents against")
+    write.add_argument("--if-version", type=int, help="fail with exit 3 unless the lane is at this version")
+    write.add_argument("--idempotency-key", help="a retried write with the same key applies once")
+    write.set_defaults(handler=_cmd_write)
+
+    get = sub.add_parser("get", help="print a lane's stored working memory")
+    _common(get)
+    _lane_args(get)
+    get.add_argument("--json", action="store_true", help="print lane, version, format and data as JSON")
+    get.set_defaults(handler=_cmd_get)

@@ -1,0 +1,286 @@
+"""The worker loop: read write events, compute signals, commit and acknowledge atomically.
+
+One batch is three round trips whatever its size: XREADGROUP over every partition, one
+pipeline reading the tracking of the batch's lanes, one pipeline with one commit script
+per partition (signal XADD + tracking update + XACK, atomic per lane). A lane whose
+tracking moved under us (another worker committed it first) is recomputed from the fresh
+tracking; an event at or below the processed write version is acknowledged without a
+signal, so each write version yields at most one signal and a crash yields no gap.
+
+Poison events (bad JSON, wrong types, a lane that does not exist or does not belong to
+the partition) go to the partition's dead-letter stream at once, with the reason; an
+event whose processing raises anything else is retried and dead-lettered after
+``max_attempts``. Stale pending entries of dead consumers are reclaimed with XAUTOCLAIM.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import structlog
+from redis import exceptions as redis_exc
+from redis.asyncio import Redis
+
+from signals._util import lua, now_iso
+from signals.codec import FIELD, decode_write, encode_json
+from signals.errors import GroupMissingError
+from signals.keys import GROUP, Keys, lane_id
+from signals.lane import FIELDS, LaneOptions, LaneTracking, advance
+from signals.models import DeadLetter, WriteEvent
+
+__all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")
+
+log = structlog.get_logger(__name__)
+_MAX_RECOMPUTE = 50
+
+
+def default_consumer_name() -> str:
+    """``<hostname>-<pid>``: unique per process, stable for its lifetime."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """How a worker reads and commits."""
+
+    lane: LaneOptions = field(default_factory=LaneOptions)
+    batch: int = 500
+    block_ms: int = 100
+    keep_snapshots: int = 3
+    claim_idle_ms: int = 15_000
+    max_attempts: int = 3
+    dead_letter_maxlen: int = 100_000
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """Counters a worker accumulates (and the demo and benchmarks print)."""
+
+    events: int = 0
+    signals: int = 0
+    snapshots: int = 0
+    deltas: int = 0
+    skipped: int = 0
+    dead_letters: int = 0
+    conflicts: int = 0
+
+    def add(self, other: BatchStats) -> None:
+        """Accumulate another batch's counters."""
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass(slots=True)
+class _Entry:
+    partition: int
+    entry_id: str
+    event: WriteEvent
+
+
+class Consumer:
+    """One worker's consumer over every partition of a namespace."""
+
+    def __init__(self, redis: Redis, keys: Keys, options: ConsumerOptions, name: str) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.options = options
+        self.name = name
+        self.stats = BatchStats()
+        self._commit = redis.register_script(lua("commit"))
+        self._dead = redis.register_script(lua("dead_letter"))
+        self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
+
+    async def ensure_groups(self) -> None:
+        """Create the consumer group on every partition stream (from the start; idempotent)."""
+        for stream in self.keys.all_writes():
+            try:
+                await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except redis_exc.ResponseError as e:
+                if "BUSYGROUP" not in str(e):
+                    raise
+
+    async def read_batch(
+        self, cursors: dict[str, str] | None = None
+    ) -> list[tuple[str, str, dict[str, str] | None]]:
+        """Read new entries from every partition, or, with ``cursors``, this consumer's own
+        pending entries after each stream's cursor (no blocking)."""
+        streams = cursors or dict.fromkeys(self.keys.all_writes(), ">")
+        try:
+            reply = await self.redis.xreadgroup(
+                GROUP, self.name, streams,  # type: ignore[arg-type]
+                count=self.options.batch, block=None if cursors else self.options.block_ms,
+            )
+        except redis_exc.ResponseError as e:
+            if "NOGROUP" in str(e):
+                raise GroupMissingError(f"consumer group {GROUP} vanished: {e}") from e
+            raise
+        return [(stream, entry_id, fields) for stream, entries in reply or [] for entry_id, fields in entries]
+
+    async def drain_pending(self) -> BatchStats:
+        """Process this consumer's own pending entries once (after a restart or reconnect)."""
+        total = BatchStats()
+        cursors = dict.fromkeys(self.keys.all_writes(), "0")
+        while cursors:
+            raw = await self.read_batch(cursors)
+            seen = {stream: entry_id for stream, entry_id, _ in raw}
+            cursors = {stream: seen[stream] for stream in cursors if stream in seen}
+            if raw:
+                total.add(await self.process(raw))
+        return total
+
+    async def reclaim(self) -> BatchStats:
+        """XAUTOCLAIM entries idle longer than ``claim_idle_ms`` from any consumer, and process them."""
+        total = BatchStats()
+        for stream in self.keys.all_writes():
+            start = "0-0"
+            while True:
+                reply = await self.redis.xautoclaim(
+                    stream, GROUP, self.name, self.options.claim_idle_ms, start_id=start,
+                    count=self.options.batch,
+                )
+                start, claimed = reply[0], reply[1]
+                if claimed:
+                    log.info("worker.reclaimed", stream=stream, count=len(claimed))
+                    total.add(await self.process([(stream, eid, f) for eid, f in claimed]))
+                if start in ("0-0", "0"):
+                    break
+        return total
+
+    async def process(self, raw: list[tuple[str, str, dict[str, str] | None]]) -> BatchStats:
+        """Process entries: decode, dead-letter poison, compute and commit the rest."""
+        stats = BatchStats(events=len(raw))
+        entries: list[_Entry] = []
+        for stream, entry_id, fields in raw:
+            partition = self._stream_partition[stream]
+            if not fields:  # deleted while pending: nothing to do but acknowledge
+                await self.redis.xack(stream, GROUP, entry_id)
+                continue
+            try:
+                event = decode_write(fields[FIELD])
+                if event.lane != lane_id(event.scope, event.resource_id, event.thread_id):
+                    raise ValueError(f"lane {event.lane!r} does not match its scope and ids")
+                if self.keys.partition(event.lane) != partition:
+                    raise ValueError(f"lane {event.lane!r} does not belong to partition {partition}")
+            except (KeyError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as e:
+                await self._dead_letter(partition, entry_id, fields, f"poison: {e!r}", 1)
+                stats.dead_letters += 1
+                continue
+            entries.append(_Entry(partition, entry_id, event))
+        for _ in range(_MAX_RECOMPUTE):
+            if not entries:
+                break
+            entries = await self._compute_and_commit(entries, stats)
+        else:
+            log.warning("worker.contention", lanes_left=len({e.event.lane for e in entries}))
+        self.stats.add(stats)
+        return stats
+
+    async def _compute_and_commit(self, entries: list[_Entry], stats: BatchStats) -> list[_Entry]:
+        by_lane: dict[str, list[_Entry]] = defaultdict(list)
+        for entry in entries:
+            by_lane[entry.event.lane].append(entry)
+        lanes = list(by_lane)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for lane in lanes:
+                pipe.hmget(self.keys.track(lane), FIELDS)
+                pipe.exists(self.keys.doc(lane))
+            replies = await pipe.execute()
+
+        per_partition: dict[int, list[tuple[str, list[Any], list[_Entry], BatchStats]]] = defaultdict(list)
+        for index, lane in enumerate(lanes):
+            tracking = LaneTracking.from_fields(replies[2 * index])
+            lane_entries = sorted(by_lane[lane], key=lambda e: e.event.version)
+            partition = lane_entries[0].partition
+            if not replies[2 * index + 1]:
+                for entry in lane_entries:
+                    await self._dead_letter(partition, entry.entry_id, {FIELD: encode_json(entry.event)},
+                                            f"poison: unknown lane {lane!r} (no document)", 1)
+                    stats.dead_letters += 1
+                continue
+            expected = tracking.write_version
+            lane_stats = BatchStats()
+            signals: list[Any] = []
+            acks: list[str] = []
+            for entry in lane_entries:
+                try:
+                    tracking, signal = advance(tracking, entry.event, self.options.lane)
+                except Exception as e:  # noqa: BLE001 - classified: counted, retried, then dead-lettered
+                    await self._failed(entry, e, lane_stats)
+                    continue
+                acks.append(entry.entry_id)
+                if signal is None:
+                    lane_stats.skipped += 1
+                    continue
+                snapshot = signal.mode == "snapshot"
+                signals += [encode_json(signal), "1" if snapshot else "0"]
+                lane_stats.signals += 1
+                lane_stats.snapshots += snapshot
+                lane_stats.deltas += not snapshot
+            args = [expected, *tracking.to_args(), len(signals) // 2, *signals, len(acks), *acks]
+            per_partition[partition].append((lane, args, lane_entries, lane_stats))
+
+        retry: list[_Entry] = []
+        if not per_partition:
+            return retry
+        order = list(per_partition.items())
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for partition, items in order:
+                script_keys = [self.keys.writes(partition)]
+                argv: list[Any] = [GROUP, len(items), self.options.keep_snapshots]
+                for lane, args, _, _ in items:
+                    script_keys += [self.keys.track(lane), self.keys.signals(lane), self.keys.snapshots(lane)]
+                    argv += args
+                await self._commit(keys=script_keys, args=argv, client=pipe)
+            results = await pipe.execute()
+        for (_, items), conflicts in zip(order, results, strict=True):
+            conflicted = {int(i) - 1 for i in conflicts}
+            for position, (_, _, lane_entries, lane_stats) in enumerate(items):
+                if position in conflicted:
+                    stats.conflicts += 1
+                    retry.extend(lane_entries)
+                else:
+                    stats.add(lane_stats)
+        return retry
+
+    async def _failed(self, entry: _Entry, error: Exception, stats: BatchStats) -> None:
+        """Count a processing failure; dead-letter the event after ``max_attempts``."""
+        attempts = int(await self.redis.hincrby(self.keys.failures(entry.partition), entry.entry_id, 1))
+        log.warning("worker.event_failed", entry_id=entry.entry_id, attempts=attempts, error=repr(error))
+        if attempts >= self.options.max_attempts:
+            await self._dead_letter(entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)},
+                                    f"failed {attempts} times: {error!r}", attempts)
+            stats.dead_letters += 1
+
+    async def _dead_letter(
+        self, partition: int, entry_id: str, fields: dict[str, str], error: str, attempts: int
+    ) -> None:
+        letter = DeadLetter(stream=self.keys.writes(partition), entry_id=entry_id, fields=fields,
+                            error=error, attempts=attempts, at=now_iso())
+        await self._dead(
+            keys=[self.keys.writes(partition), self.keys.dead_letters(partition), self.keys.failures(partition)],
+            args=[GROUP, entry_id, encode_json(letter), self.options.dead_letter_maxlen],
+        )
+        log.warning("worker.dead_lettered", partition=partition, entry_id=entry_id, error=error)
+
+    async def trim_write_streams(self) -> int:
+        """Trim each write stream below its oldest unacknowledged entry; returns entries removed."""
+        removed = 0
+        for stream in self.keys.all_writes():
+            groups = await self.redis.xinfo_groups(stream)
+            group = next((g for g in groups if g["name"] == GROUP), None)
+            if group is None:
+                continue
+            summary = await self.redis.xpending(stream, GROUP)
+            if summary["pending"]:
+                min_id = summary["min"]
+            else:
+                last = group["last-delivered-id"]
+                ms, _, seq = last.partition("-")
+                min_id = f"{ms}-{int(seq or 0) + 1}"
+            removed += await self.redis.xtrim(stream, minid=min_id, approximate=False)
+        return removed

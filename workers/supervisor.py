@@ -1,0 +1,145 @@
+"""A worker process's lifecycle: one task group, OS-signal watcher, reader, maintenance.
+
+Startup: create the consumer groups, process this consumer's own pending entries (a
+restart under the same name resumes exactly), then read new entries. Maintenance runs
+every ``maintenance_interval_s``: reclaim entries idle past ``claim_idle_ms`` from dead
+consumers (XAUTOCLAIM) and trim write streams below their oldest unacknowledged entry.
+
+Redis going away: the reader backs off with full jitter (0.05 s doubling to 2 s) and
+retries until ``reconnect_timeout_s`` has passed without success, then the worker exits
+non-zero; after a reconnect it re-processes its own pending entries first.
+
+Shutdown (SIGTERM/SIGINT or ``stop``): stop reading, let the batch in flight finish and
+commit, exit 0. If that takes longer than ``grace_s`` the task group is cancelled (the
+uncommitted batch stays pending and is reprocessed by the next worker: no loss).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+from redis import exceptions as redis_exc
+from redis.asyncio import Redis
+
+from signals.errors import RedisUnavailableError
+from workers.consumer import Consumer
+from workers.settings import Settings
+
+__all__ = ("run_worker",)
+
+log = structlog.get_logger(__name__)
+_TRANSIENT = (redis_exc.ConnectionError, redis_exc.TimeoutError)
+
+
+class _Backoff:
+    """Full-jitter exponential backoff bounded in time."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.failing_since: float | None = None
+        self.attempt = 0
+
+    def ok(self) -> None:
+        self.failing_since = None
+        self.attempt = 0
+
+    async def wait(self, error: BaseException) -> None:
+        now = time.monotonic()
+        if self.failing_since is None:
+            self.failing_since = now
+        if now - self.failing_since > self.timeout_s:
+            raise RedisUnavailableError(f"Redis unreachable for {self.timeout_s:.0f}s: {error}") from error
+        delay = random.uniform(0, min(2.0, 0.05 * 2**self.attempt))
+        self.attempt += 1
+        log.warning("worker.redis_unavailable", error=repr(error), retry_in_s=round(delay, 3))
+        await anyio.sleep(delay)
+
+
+async def _retrying(backoff: _Backoff, stop: anyio.Event, fn: object) -> None:
+    while not stop.is_set():
+        try:
+            await fn()  # type: ignore[operator]
+        except _TRANSIENT as e:
+            await backoff.wait(e)
+        else:
+            backoff.ok()
+            return
+
+
+async def run_worker(
+    redis: Redis,
+    settings: Settings,
+    *,
+    name: str,
+    stop: anyio.Event | None = None,
+    handle_signals: bool = True,
+    task_status: TaskStatus[Consumer] = anyio.TASK_STATUS_IGNORED,
+) -> Consumer:
+    """Run a worker until ``stop`` is set (or SIGTERM/SIGINT); returns its consumer."""
+    stop = stop or anyio.Event()
+    consumer = Consumer(redis, settings.keys(), settings.consumer_options(), name)
+    backoff = _Backoff(settings.reconnect_timeout_s)
+    await _retrying(backoff, stop, consumer.ensure_groups)
+    log.info("worker.started", consumer=name, partitions=settings.partitions, policy=settings.policy)
+    async with anyio.create_task_group() as tg:
+        if handle_signals:
+            tg.start_soon(_watch_signals, stop)
+        tg.start_soon(_deadline, stop, tg.cancel_scope, settings.grace_s)
+        tg.start_soon(_maintenance, consumer, stop, settings.maintenance_interval_s, backoff)
+        task_status.started(consumer)
+        await _read_loop(consumer, stop, backoff)
+        tg.cancel_scope.cancel()
+    s = consumer.stats
+    log.info("worker.stopped", consumer=name, events=s.events, signals=s.signals,
+             skipped=s.skipped, dead_letters=s.dead_letters, conflicts=s.conflicts)
+    return consumer
+
+
+async def _read_loop(consumer: Consumer, stop: anyio.Event, backoff: _Backoff) -> None:
+    drain = True
+    while not stop.is_set():
+        try:
+            if drain:
+                await consumer.drain_pending()
+                drain = False
+                continue
+            raw = await consumer.read_batch()
+            if raw:
+                await consumer.process(raw)
+            backoff.ok()
+        except _TRANSIENT as e:
+            drain = True
+            await backoff.wait(e)
+
+
+async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float, backoff: _Backoff) -> None:
+    while not stop.is_set():
+        with anyio.move_on_after(interval):
+            await stop.wait()
+        if stop.is_set():
+            return
+        try:
+            await consumer.reclaim()
+            await consumer.trim_write_streams()
+        except _TRANSIENT as e:
+            log.warning("worker.maintenance_skipped", error=repr(e))
+
+
+async def _watch_signals(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("worker.stopping", signal=signal.Signals(signum).name)
+            stop.set()
+            return
+
+
+async def _deadline(stop: anyio.Event, scope: anyio.CancelScope, grace_s: float) -> None:
+    await stop.wait()
+    await anyio.sleep(grace_s)
+    log.warning("worker.hard_deadline", grace_s=grace_s, note="in-flight batch left pending")
+    scope.cancel()
