@@ -16,6 +16,12 @@ from redis.asyncio import Redis
 from signals._util import connect
 from signals.keys import Keys
 from workers.embedded import RedisServer
+from workers.logging import configure_logging
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Library log events below warning are noise in test output."""
+    configure_logging("console", "warning")
 
 
 @pytest.fixture

@@ -89,7 +89,9 @@ class RedisServer:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                 sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+                reply = sock.recv(64)
+                # +PONG, or -NOAUTH when the default user is off: either way it is up
+                return reply.startswith((b"+PONG", b"-NOAUTH", b"-NOPERM"))
         except OSError:
             return False
 

@@ -95,4 +95,4 @@ def spawn_worker(url: str, keys: Keys, name: str, **flags: Any) -> subprocess.Po
         args += ["--" + flag.replace("_", "-"), str(value)]
     env = {**os.environ, "WM_SIGNALS_MAINTENANCE_INTERVAL_S": "0.2", "WM_SIGNALS_CLAIM_IDLE_MS": "500",
            "WM_SIGNALS_KEEP_SNAPSHOTS": "1000", "WM_SIGNALS_LOG_LEVEL": "warning"}
-    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,0 +1,183 @@
+"""Faults against real redis-server processes: killed workers, a restarted Redis, poison, ACLs."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from redis import exceptions as redis_exc
+from redis.asyncio import Redis
+
+from signals._util import connect
+from signals.codec import FIELD, decode_dead_letter, encode_json
+from signals.keys import GROUP, Keys
+from signals.models import WriteEvent
+from signals.store import WorkingMemoryStore
+from tests.integration.helpers import check_lane, lanes_of, running_workers, spawn_worker, wait_caught_up
+from workers.embedded import RedisServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+DEPLOY = Path(__file__).parents[2] / "deploy"
+
+
+async def _write_rounds(store: WorkingMemoryStore, lanes: int, rounds: int, tag: str) -> None:
+    for r in range(rounds):
+        for i in range(lanes):
+            text = f"# Profile {i}\n- round {r}\n- tag {tag}" if r % 5 else f"# Profile {i}\n- tag {tag}"
+            await store.replace(f"u{i}", text)
+
+
+async def _pending(redis: Redis, keys: Keys) -> int:
+    return sum([int((await redis.xpending(keys.writes(p), GROUP))["pending"]) for p in range(keys.partitions)])
+
+
+async def _signalled_write_versions(redis: Redis, keys: Keys) -> dict[str, list[int]]:
+    out = {}
+    for lane in await lanes_of(redis, keys):
+        signals = await check_lane(redis, keys, lane)
+        out[lane] = [s.write_version for s in signals]
+    return out
+
+
+async def test_sigkilled_worker_restarts_without_gap_or_duplicate(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """SIGKILL mid-stream, restart under the same name: every changed write has one signal."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    proc = spawn_worker(redis_server.url, keys, "solo", batch=20)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_write_rounds, store, 50, 40, "a")
+        await anyio.sleep(1.0)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    proc = spawn_worker(redis_server.url, keys, "solo", batch=20)
+    try:
+        await wait_caught_up(redis, keys, timeout=60)
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0
+    # every write changed the document (the round number changes), so one signal each
+    versions = await _signalled_write_versions(redis, keys)
+    assert all(v == list(range(1, 41)) for v in versions.values()), versions
+
+
+async def test_second_worker_takes_over_a_dead_ones_pending(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A worker killed with entries pending: another consumer reclaims them, no duplicates."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    proc = spawn_worker(redis_server.url, keys, "first", batch=10)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_write_rounds, store, 30, 30, "b")
+        await anyio.sleep(0.8)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    other = spawn_worker(redis_server.url, keys, "second", batch=10)
+    try:
+        await wait_caught_up(redis, keys, timeout=60)
+        with anyio.fail_after(30):  # the dead consumer's pending entries are reclaimed and acked
+            while await _pending(redis, keys):
+                await anyio.sleep(0.1)
+    finally:
+        other.terminate()
+        assert other.wait(20) == 0
+    await _signalled_write_versions(redis, keys)  # chains intact, no write version twice
+
+
+async def test_worker_survives_redis_restart(tmp_path: Path, keys: Keys) -> None:
+    """Redis (AOF on) is killed and restarted mid-run: the worker reconnects and finishes."""
+    server = RedisServer(data_dir=str(tmp_path)).start()
+    try:
+        client = connect(server.url)
+        store = WorkingMemoryStore(client, keys=keys)
+        async with running_workers(server.url, keys, 1):
+            await _write_rounds(store, 20, 10, "before")
+            await anyio.to_thread.run_sync(server.kill)
+            await anyio.sleep(0.5)
+            await anyio.to_thread.run_sync(server.start)
+            await _write_rounds(store, 20, 10, "after")
+            await wait_caught_up(client, keys, timeout=60)
+        for lane in await lanes_of(client, keys):
+            signals = await check_lane(client, keys, lane)
+            assert "after" in signals[-1].value
+        await client.aclose()
+    finally:
+        server.stop()
+
+
+async def test_poison_events_are_dead_lettered(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """Bad JSON, wrong types and an unknown lane go to the dead-letter stream; work goes on."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("good", "# ok")
+    p = keys.partition("r:good")
+    stream = keys.writes(p)
+    await redis.xadd(stream, {FIELD: "{not json"})
+    await redis.xadd(stream, {FIELD: '{"lane": 5}'})
+    await redis.xadd(stream, {"other": "field"})
+    ghost = WriteEvent(lane="r:ghost", scope="resource", format="markdown", version=1, data="x",
+                       op="replace", resource_id="ghost")
+    await redis.xadd(keys.writes(keys.partition("r:ghost")), {FIELD: encode_json(ghost)})
+    async with running_workers(redis_server.url, keys, 1):
+        await store.replace("good", "# ok\n- still working")
+        await wait_caught_up(redis, keys)
+        with anyio.fail_after(10):
+            while sum([await redis.xlen(keys.dead_letters(q)) for q in range(keys.partitions)]) < 4:
+                await anyio.sleep(0.05)
+    letters = []
+    for q in range(keys.partitions):
+        letters += [decode_dead_letter(f[FIELD]) for _, f in await redis.xrange(keys.dead_letters(q))]
+    reasons = sorted(letter.error for letter in letters)
+    assert len(letters) == 4
+    assert any("unknown lane 'r:ghost'" in r for r in reasons)
+    assert all(r.startswith("poison") for r in reasons)
+    assert (await check_lane(redis, keys, "r:good"))[-1].value == "# ok\n- still working"
+
+
+async def test_acl_users_work_and_are_refused_outside_their_keys(tmp_path: Path) -> None:
+    """deploy/users.acl: the writer and worker users run the pipeline; other keys are refused."""
+    acl = tmp_path / "users.acl"
+    acl.write_text((DEPLOY / "users.acl").read_text())
+    server = RedisServer(extra=["--aclfile", str(acl)]).start()
+    keys = Keys("wm", 4)
+    try:
+        writer_url = f"redis://wm-writer:writer-secret@127.0.0.1:{server.port}/0"
+        worker_url = f"redis://wm-worker:worker-secret@127.0.0.1:{server.port}/0"
+        writer = connect(writer_url)
+        # the worker creates the groups; the writer only appends through the write script
+        async with running_workers(worker_url, keys, 1):
+            store = WorkingMemoryStore(writer, keys=keys)
+            facts = "\n".join(f"- fact {i}: something worth remembering" for i in range(10))
+            await store.replace("alice", f"# Alice\n- likes tea\n{facts}")
+            await store.replace("alice", f"# Alice\n- likes coffee\n{facts}")
+            watcher = connect(worker_url)
+            await wait_caught_up(watcher, keys)
+            signals = await check_lane(watcher, keys, "r:alice")
+            assert [s.mode for s in signals] == ["snapshot", "delta"]
+            await watcher.aclose()
+        with pytest.raises(redis_exc.NoPermissionError):
+            await writer.set("other:key", "x")
+        with pytest.raises(redis_exc.NoPermissionError):
+            await writer.get("other:key")
+        with pytest.raises(redis_exc.NoPermissionError):
+            await writer.xack(keys.writes(0), GROUP, "0-1")
+        worker = connect(worker_url)
+        with pytest.raises(redis_exc.NoPermissionError):
+            await worker.hset("elsewhere", "a", "b")
+        with pytest.raises(redis_exc.NoPermissionError):
+            await worker.flushdb()
+        await worker.aclose()
+        await writer.aclose()
+    finally:
+        server.stop()
+
+
+def test_embedded_server_starts_and_stops() -> None:
+    """The embedded default answers PING and frees its port at stop."""
+    server = RedisServer().start()
+    assert server._ping()
+    server.stop()
+    time.sleep(0.1)
+    assert not server._ping()
