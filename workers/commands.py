@@ -168,6 +168,20 @@ def _cmd_get(args: argparse.Namespace) -> int:
     return _run(main)
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    configure_logging(settings.log_format, "warning")
+
+    async def main() -> int:
+        from workers.demo import run_demo  # noqa: PLC0415 - keeps CLI start-up light
+
+        async with resolve_redis(settings) as url:
+            await run_demo(url, settings)
+        return 0
+
+    return _run(main)
+
+
 def register(sub: Any) -> None:
     """Add the Redis-backed commands to the CLI's sub-parsers."""
     worker = sub.add_parser("worker", help="run a worker process (consumer group over every partition)")
@@ -179,6 +193,10 @@ def register(sub: Any) -> None:
     worker.add_argument("--consumer-name", help="consumer name (default host-pid)")
     worker.add_argument("--grace-s", type=float, help="seconds in-flight work gets on shutdown")
     worker.set_defaults(handler=_cmd_worker)
+
+    demo = sub.add_parser("demo", help="run the whole pipeline, scripted, and print what the model sees")
+    _common(demo)
+    demo.set_defaults(handler=_cmd_demo)
 
     write = sub.add_parser("write", help="write a lane's working memory; prints the new version")
     _common(write)
