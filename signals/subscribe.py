@@ -85,9 +85,13 @@ class Subscription:
                     signal = decode_signal(fields[FIELD])
                 except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as e:
                     raise VerifyError(f"entry {entry_id} of {self.lane}: not a signal: {e}") from e
-                if signal.version != self.version + 1 or (signal.mode == "delta" and self.value is None):
-                    log.warning("subscribe.gap", lane=self.lane, have=self.version, got=signal.version)
-                    return out + [m for m in await self.bootstrap() if m.signal.version > self.version]
+                if signal.version <= self.version:
+                    continue  # already seen (a re-bootstrap overlapped this read)
+                if signal.mode == "delta" and (signal.version != self.version + 1 or self.value is None):
+                    # fell behind the stream's retention: resume from the latest snapshot
+                    log.info("subscribe.gap", lane=self.lane, have=self.version, got=signal.version)
+                    have = self.version
+                    return out + [m for m in await self.bootstrap() if m.signal.version > have]
                 out.append(self._apply(entry_id, signal))
         return out
 

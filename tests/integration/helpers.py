@@ -34,8 +34,13 @@ def settings_for(url: str, keys: Keys, **overrides: Any) -> Settings:
 
 
 @asynccontextmanager
-async def running_workers(url: str, keys: Keys, count: int = 1, **overrides: Any) -> AsyncIterator[list[Consumer]]:
-    """Run ``count`` in-process workers (each its own connection and consumer name)."""
+async def running_workers(url: str, keys: Keys, count: int = 1, *, crash: bool = False,
+                          **overrides: Any) -> AsyncIterator[list[Consumer]]:
+    """Run ``count`` in-process workers (each its own connection and consumer name).
+
+    On exit they stop gracefully, or with ``crash`` are cancelled wherever they are
+    (entries read but not committed stay pending, as after a SIGKILL).
+    """
     stop = anyio.Event()
     consumers: list[Consumer] = []
     clients = [connect(url) for _ in range(count)]
@@ -45,6 +50,8 @@ async def running_workers(url: str, keys: Keys, count: int = 1, **overrides: Any
         try:
             yield consumers
         finally:
+            if crash:
+                tg.cancel_scope.cancel()
             stop.set()
     for client in clients:
         await client.aclose()
