@@ -182,6 +182,39 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return _run(main)
 
 
+def _cmd_subscribe(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    scope = lane_scope(args)
+
+    async def main() -> int:
+        from signals.keys import lane_id  # noqa: PLC0415
+        from signals.subscribe import Subscription  # noqa: PLC0415
+        from workers.render import print_signal  # noqa: PLC0415
+
+        async with resolve_redis(settings) as url:
+            redis = connect(url)
+            sub = Subscription(redis, settings.keys(), lane_id(scope, args.resource, args.thread),  # type: ignore[arg-type]
+                               block_ms=1000)
+            seen = 0
+            try:
+                for item in await sub.bootstrap(from_start=args.from_start):
+                    print_signal(item, as_json=args.json)
+                    seen += 1
+                    if args.count and seen >= args.count:
+                        return 0
+                async for item in sub:
+                    print_signal(item, as_json=args.json)
+                    seen += 1
+                    if args.count and seen >= args.count:
+                        return 0
+            finally:
+                with anyio.move_on_after(2, shield=True):
+                    await redis.aclose()
+        return 0
+
+    return _run(main)
+
+
 def register(sub: Any) -> None:
     """Add the Redis-backed commands to the CLI's sub-parsers."""
     worker = sub.add_parser("worker", help="run a worker process (consumer group over every partition)")
@@ -197,6 +230,14 @@ def register(sub: Any) -> None:
     demo = sub.add_parser("demo", help="run the whole pipeline, scripted, and print what the model sees")
     _common(demo)
     demo.set_defaults(handler=_cmd_demo)
+
+    subscribe = sub.add_parser("subscribe", help="live tail of a lane's signals as the model receives them")
+    _common(subscribe)
+    _lane_args(subscribe)
+    subscribe.add_argument("--json", action="store_true", help="one signal per line as JSON")
+    subscribe.add_argument("--from-start", action="store_true", help="begin at the oldest retained snapshot")
+    subscribe.add_argument("--count", type=int, help="exit after N signals")
+    subscribe.set_defaults(handler=_cmd_subscribe)
 
     write = sub.add_parser("write", help="write a lane's working memory; prints the new version")
     _common(write)

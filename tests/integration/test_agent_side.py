@@ -1,0 +1,126 @@
+"""Agent-loop side against real Redis: reconnects, the delivery log, the tool, the CLI tail."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from signals.agent import AgentWorkingMemory
+from signals.deliveries import DeliveryLog
+from signals.keys import Keys
+from signals.memory import WorkingMemoryConfig
+from signals.store import WorkingMemoryStore
+from signals.subscribe import Subscription
+from tests.integration.helpers import running_workers, wait_caught_up
+from workers.embedded import RedisServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+LINES = [f"- fact {i}: long enough to make a delta worth sending" for i in range(10)]
+
+
+def _doc(n: int) -> str:
+    return "# Notes\n" + "\n".join(LINES) + f"\n- counter {n}"
+
+
+async def test_subscription_survives_killed_connections(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """Every client connection is killed mid-tail: the subscriber resumes with no gap or repeat."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    from signals._util import connect
+
+    sub_client = connect(redis_server.url)
+    sub = Subscription(sub_client, keys, "r:u", block_ms=100)
+    seen: list[int] = []
+
+    async def tail() -> None:
+        async for item in sub:
+            seen.append(item.signal.version)
+            if item.signal.version == 40:
+                return
+
+    async with running_workers(redis_server.url, keys, 1):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tail)
+            for n in range(20):
+                await store.replace("u", _doc(n))
+            await wait_caught_up(redis, keys)
+            await redis.client_kill_filter(_type="normal", skipme=True)
+            for n in range(20, 40):
+                await store.replace("u", _doc(n))
+            with anyio.fail_after(30):
+                while len(seen) < 40:
+                    await anyio.sleep(0.05)
+    assert seen == list(range(1, 41))
+    assert sub.value == _doc(39)
+    await sub_client.aclose()
+
+
+async def test_delivery_log_answers_what_the_model_saw(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """Each step's additions are logged; view_at(step) rebuilds what the model could see then."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.create_thread("t1", "u")
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
+    await agent.start()
+    held: list[str] = []
+    async with running_workers(redis_server.url, keys, 1):
+        for step in range(1, 5):
+            await store.replace("u", _doc(step))
+            await wait_caught_up(redis, keys)
+            result = await agent.before_model_call(held)
+            held = [h for h in held if h not in result.drop] + [a.id for a in result.add]
+    log = DeliveryLog(redis, keys)
+    records = await log.read("t1")
+    assert [(r.step, r.version, r.mode, r.reason) for r in records] == [
+        (1, 1, "snapshot", "bootstrap"), (2, 2, "delta", "new"), (3, 3, "delta", "new"), (4, 4, "delta", "new")]
+    view = await log.view_at("t1", 3)
+    assert view is not None and view.version == 3 and view.text == _doc(3)
+
+
+async def test_tool_writes_and_returns_errors_to_the_model(redis: Redis, keys: Keys) -> None:
+    """setWorkingMemory writes through the store; refused writes come back as tool results."""
+    cfg = WorkingMemoryConfig(schema={"type": "object", "properties": {"age": {"type": "integer"}}})
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t", config=cfg)
+    (tool,) = agent.tools()
+    assert tool["function"]["name"] == "setWorkingMemory"
+    assert "<working-memory>" in tool["function"]["description"]
+    assert tool["function"]["parameters"]["properties"]["age"] == {"type": "integer"}
+    assert await agent.call_tool({"age": 3}) == {"success": True, "version": 1}
+    bad = await agent.call_tool({"age": "old"})
+    assert bad["success"] is False and "age" in bad["error"]
+    reader = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t", config=cfg, read_only=True)
+    assert reader.tools() == []
+    assert (await reader.call_tool({"age": 4}))["success"] is False
+    message = await reader.system_message()
+    assert message["role"] == "system" and '{"age":3}' in message["content"]
+    assert "setWorkingMemory" not in message["content"]
+
+
+async def test_template_tool_needs_a_string(redis: Redis, keys: Keys) -> None:
+    """In template mode the tool takes the whole document as a string."""
+    agent = AgentWorkingMemory(redis, keys, resource_id="u")
+    assert (await agent.call_tool({"memory": "# Me\n- likes tea"}))["success"] is True
+    bad = await agent.call_tool({"memory": {"not": "a string"}})
+    assert bad == {"success": False, "error": "the memory field must be a string holding the whole Markdown document"}
+    message = await agent.system_message()
+    assert "<working_memory_template>" in message["content"] and "- likes tea" in message["content"]
+
+
+async def test_subscribe_command_prints_json_lines(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """``wm-signals subscribe --json --count N`` prints N signals with version, mode, value."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    async with running_workers(redis_server.url, keys, 1):
+        for n in range(3):
+            await store.replace("u", _doc(n))
+        await wait_caught_up(redis, keys)
+    proc = await anyio.run_process(
+        [sys.executable, "-m", "workers", "subscribe", "--redis-url", redis_server.url, "--namespace",
+         keys.namespace, "--partitions", str(keys.partitions), "--resource", "u", "--json",
+         "--from-start", "--count", "3"], check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [(x["version"], x["mode"]) for x in lines] == [(1, "snapshot"), (2, "delta"), (3, "delta")]
+    assert lines[-1]["value"] == _doc(2) and lines[-1]["cacheKey"].startswith("sha256:")
+

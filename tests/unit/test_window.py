@@ -1,0 +1,107 @@
+"""The context-window tracker: what to add, when to re-inject, what to drop."""
+
+from __future__ import annotations
+
+from signals.lane import LaneOptions, LaneTracking, advance
+from signals.models import WriteEvent
+from signals.render import render_markup
+from signals.window import StepResult, WindowTracker
+
+BASE = [f"- fact {i}: a line long enough that a delta is smaller than the snapshot" for i in range(8)]
+
+
+def _doc(*changes: tuple[int, str]) -> str:
+    lines = list(BASE)
+    for i, text in changes:
+        lines[i] = text
+    return "# Notes\n" + "\n".join(lines)
+
+
+class Loop:
+    """A minimal agent loop: applies step results to a list of held message ids."""
+
+    def __init__(self) -> None:
+        self.tracker = WindowTracker("r:u")
+        self.lane = LaneTracking()
+        self.held: list[str] = []
+        self.version = 0
+
+    def write(self, text: str) -> None:
+        self.version += 1
+        event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=self.version,
+                           data=text, op="replace", resource_id="u")
+        self.lane, signal = advance(self.lane, event, LaneOptions(policy="compact", snapshot_every=100))
+        if signal is not None:
+            self.tracker.offer(signal, self.lane.value)
+
+    def step(self) -> StepResult:
+        result = self.tracker.step(self.held)
+        self.held = [h for h in self.held if h not in result.drop] + [a.id for a in result.add]
+        return result
+
+
+def test_first_step_bootstraps_a_snapshot() -> None:
+    """The first step adds a snapshot of the latest version (reason bootstrap)."""
+    loop = Loop()
+    loop.write(_doc())
+    result = loop.step()
+    assert [(a.mode, a.reason, a.version) for a in result.add] == [("snapshot", "bootstrap", 1)]
+    assert loop.tracker.rebuild(loop.held) == _doc()
+
+
+def test_nothing_new_adds_nothing() -> None:
+    """No new signal and the chain held: nothing is added."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.step()
+    assert loop.step().add == ()
+
+
+def test_new_signals_are_added_as_deltas() -> None:
+    """With the snapshot held, new versions arrive as the worker's deltas."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.step()
+    loop.write(_doc((2, "- changed")))
+    loop.write(_doc((2, "- changed"), (5, "- also")))
+    result = loop.step()
+    assert [(a.mode, a.reason, a.version) for a in result.add] == [("delta", "new", 2), ("delta", "new", 3)]
+    assert loop.tracker.rebuild(loop.held) == _doc((2, "- changed"), (5, "- also"))
+
+
+def test_trimmed_snapshot_is_reinjected_and_orphans_dropped() -> None:
+    """When the snapshot leaves the window, a snapshot of the latest version comes back and
+    the orphaned deltas are reported for dropping, so no version is held twice."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.step()
+    loop.write(_doc((1, "- x")))
+    loop.step()
+    loop.held = loop.held[1:]  # the loop trimmed the snapshot
+    result = loop.step()
+    assert [(a.mode, a.reason, a.version) for a in result.add] == [("snapshot", "reinject", 2)]
+    assert len(result.drop) == 1
+    versions = [loop.tracker.injection(h).version for h in loop.held]  # type: ignore[union-attr]
+    assert versions == [2]
+    assert loop.tracker.rebuild(loop.held) == _doc((1, "- x"))
+
+
+def test_missing_intermediate_version_gives_a_snapshot() -> None:
+    """If a needed version is unknown to the tracker, it sends a snapshot instead of a broken chain."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.step()
+    loop.write(_doc((1, "- a")))
+    loop.tracker._known.pop(2)  # as if the subscriber never saw version 2
+    loop.write(_doc((1, "- a"), (2, "- b")))
+    result = loop.step()
+    assert [(a.mode, a.version) for a in result.add] == [("snapshot", 3)]
+
+
+def test_injection_message_is_a_user_turn_with_markup() -> None:
+    """Injections render Mastra's markup in a user-role message."""
+    loop = Loop()
+    loop.write(_doc())
+    inj = loop.step().add[0]
+    assert inj.message == {"role": "user", "content": render_markup(_doc(), {"format": "markdown",
+                                                                            "scope": "resource"})}
