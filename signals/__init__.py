@@ -1,1 +1,97 @@
-"""wm-signals library."""
+"""wm-signals: working-memory state signals for LLM agents, on Redis Streams.
+
+The pure core (cache keys, the jsdiff-compatible diff, the decision, rendering, merge)
+does no I/O; the Redis side (store, subscription, delivery log, replay) uses
+redis.asyncio. Worker processes and the CLI live in the separate ``workers`` package.
+"""
+
+from signals._util import connect
+from signals.agent import AgentWorkingMemory
+from signals.cachekey import cache_key, js_trim
+from signals.deliveries import DeliveryLog, ModelView
+from signals.diff import apply_patch, unified_patch
+from signals.errors import (
+    ConflictError,
+    DocumentTooLargeError,
+    EmptyTemplateOverwriteError,
+    GroupMissingError,
+    InvalidInputError,
+    PatchError,
+    ReadOnlyError,
+    RedisUnavailableError,
+    ScenarioError,
+    SchemaValidationError,
+    ThreadOwnerError,
+    VerifyError,
+    WmSignalsError,
+)
+from signals.keys import Keys, lane_id
+from signals.lane import LaneOptions, LaneTracking, advance
+from signals.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig
+from signals.merge import deep_merge, merge_patch
+from signals.models import Attributes, Delivery, Signal, WriteEvent
+from signals.processor import Proposal, apply_delta, decide
+from signals.render import render_markup
+from signals.replay import Materialised, materialise, read_signals
+from signals.simulate import run_scenario
+from signals.store import Document, WorkingMemoryStore
+from signals.subscribe import Subscription
+from signals.system_message import working_memory_system_message
+from signals.tokens import approx_tokens
+from signals.tool import handle_tool_call, tool_definition
+from signals.window import Injection, StepResult, WindowTracker
+
+__all__ = (
+    "DEFAULT_TEMPLATE",
+    "AgentWorkingMemory",
+    "Attributes",
+    "ConflictError",
+    "DeliveryLog",
+    "Delivery",
+    "Document",
+    "DocumentTooLargeError",
+    "EmptyTemplateOverwriteError",
+    "GroupMissingError",
+    "Injection",
+    "InvalidInputError",
+    "Keys",
+    "LaneOptions",
+    "LaneTracking",
+    "Materialised",
+    "ModelView",
+    "PatchError",
+    "Proposal",
+    "ReadOnlyError",
+    "RedisUnavailableError",
+    "ScenarioError",
+    "SchemaValidationError",
+    "Signal",
+    "StepResult",
+    "Subscription",
+    "ThreadOwnerError",
+    "VerifyError",
+    "WindowTracker",
+    "WmSignalsError",
+    "WorkingMemoryConfig",
+    "WorkingMemoryStore",
+    "WriteEvent",
+    "advance",
+    "apply_delta",
+    "apply_patch",
+    "approx_tokens",
+    "cache_key",
+    "connect",
+    "decide",
+    "deep_merge",
+    "handle_tool_call",
+    "js_trim",
+    "lane_id",
+    "materialise",
+    "merge_patch",
+    "read_signals",
+    "render_markup",
+    "run_scenario",
+    "tool_definition",
+    "unified_patch",
+    "working_memory_system_message",
+)
