@@ -21,7 +21,7 @@ from workers.logging import configure_logging
 
 def pytest_configure(config: pytest.Config) -> None:
     """Library log events below warning are noise in test output."""
-    configure_logging("console", "warning")
+    configure_logging("console", "warning", force=True)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from signals.codec import decode_json, encode_json
 from signals.errors import ConflictError, InvalidInputError, WmSignalsError
 from signals.processor import POLICIES
 from signals.simulate import run_scenario
-from workers import commands
+from workers import commands, debug_commands
 from workers.logging import configure_logging
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_CONFLICT = 0, 1, 2, 3
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(handler=_cmd_simulate)
 
     commands.register(sub)
+    debug_commands.register(sub)
     return parser
 
 

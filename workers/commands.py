@@ -26,7 +26,7 @@ from workers.embedded import RedisServer
 from workers.logging import configure_logging
 from workers.settings import Settings
 
-__all__ = ("register", "resolve_redis", "settings_from")
+__all__ = ("add_common_args", "add_lane_args", "lane_scope", "register", "resolve_redis", "run_async", "settings_from")
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -54,17 +54,17 @@ async def resolve_redis(settings: Settings) -> AsyncIterator[str]:
         await anyio.to_thread.run_sync(server.stop)
 
 
-def _run(coro_fn: Callable[[], Awaitable[int]]) -> int:
+def run_async(coro_fn: Callable[[], Awaitable[int]]) -> int:
     return anyio.run(coro_fn)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", help="Redis URL (default: $WM_SIGNALS_REDIS_URL, else embedded)")
     parser.add_argument("--namespace", help="key prefix (default wm)")
     parser.add_argument("--partitions", type=int, help="partition count (default 16; fixed per deployment)")
 
 
-def _lane_args(parser: argparse.ArgumentParser, *, resource_required: bool = True) -> None:
+def add_lane_args(parser: argparse.ArgumentParser, *, resource_required: bool = True) -> None:
     parser.add_argument("--resource", required=resource_required, help="resource (user) id")
     parser.add_argument("--thread", help="thread (conversation) id")
     parser.add_argument("--scope", choices=("resource", "thread"),
@@ -104,7 +104,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                     await redis.aclose()
         return 0
 
-    return _run(main)
+    return run_async(main)
 
 
 def _cmd_write(args: argparse.Namespace) -> int:
@@ -140,7 +140,7 @@ def _cmd_write(args: argparse.Namespace) -> int:
         print(version)
         return 0
 
-    return _run(main)
+    return run_async(main)
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
@@ -165,7 +165,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
             print(doc.data)
         return 0
 
-    return _run(main)
+    return run_async(main)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -179,7 +179,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             await run_demo(url, settings)
         return 0
 
-    return _run(main)
+    return run_async(main)
 
 
 def _cmd_subscribe(args: argparse.Namespace) -> int:
@@ -212,13 +212,13 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
                     await redis.aclose()
         return 0
 
-    return _run(main)
+    return run_async(main)
 
 
 def register(sub: Any) -> None:
     """Add the Redis-backed commands to the CLI's sub-parsers."""
     worker = sub.add_parser("worker", help="run a worker process (consumer group over every partition)")
-    _common(worker)
+    add_common_args(worker)
     worker.add_argument("--policy", choices=("compact", "mastra"), help="signal policy (default compact)")
     worker.add_argument("--snapshot-every", type=int, help="every K-th signal of a lane is a snapshot")
     worker.add_argument("--keep-snapshots", type=int, help="snapshot chains kept per lane stream")
@@ -228,20 +228,20 @@ def register(sub: Any) -> None:
     worker.set_defaults(handler=_cmd_worker)
 
     demo = sub.add_parser("demo", help="run the whole pipeline, scripted, and print what the model sees")
-    _common(demo)
+    add_common_args(demo)
     demo.set_defaults(handler=_cmd_demo)
 
     subscribe = sub.add_parser("subscribe", help="live tail of a lane's signals as the model receives them")
-    _common(subscribe)
-    _lane_args(subscribe)
+    add_common_args(subscribe)
+    add_lane_args(subscribe)
     subscribe.add_argument("--json", action="store_true", help="one signal per line as JSON")
     subscribe.add_argument("--from-start", action="store_true", help="begin at the oldest retained snapshot")
     subscribe.add_argument("--count", type=int, help="exit after N signals")
     subscribe.set_defaults(handler=_cmd_subscribe)
 
     write = sub.add_parser("write", help="write a lane's working memory; prints the new version")
-    _common(write)
-    _lane_args(write)
+    add_common_args(write)
+    add_lane_args(write)
     write.add_argument("--markdown", help="the whole Markdown document (template mode)")
     write.add_argument("--markdown-file", help="read the Markdown document from a file")
     write.add_argument("--merge", help="a JSON object to deep-merge (schema mode; null deletes)")
@@ -251,7 +251,7 @@ def register(sub: Any) -> None:
     write.set_defaults(handler=_cmd_write)
 
     get = sub.add_parser("get", help="print a lane's stored working memory")
-    _common(get)
-    _lane_args(get)
+    add_common_args(get)
+    add_lane_args(get)
     get.add_argument("--json", action="store_true", help="print lane, version, format and data as JSON")
     get.set_defaults(handler=_cmd_get)

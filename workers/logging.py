@@ -10,8 +10,14 @@ import structlog
 __all__ = ("configure_logging",)
 
 
-def configure_logging(fmt: str = "auto", level: str = "info") -> None:
-    """Configure structlog for a worker process, writing to stderr."""
+def configure_logging(fmt: str = "auto", level: str = "info", *, force: bool = False) -> None:
+    """Configure structlog for a process, writing to stderr.
+
+    A second call is a no-op unless ``force``: the first configuration of a process (a
+    test session's, an embedding application's) wins over the CLI's defaults.
+    """
+    if structlog.is_configured() and not force:
+        return
     console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: structlog.types.Processor = (
         structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()

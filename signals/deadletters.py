@@ -1,0 +1,77 @@
+"""Dead letters: list, show, requeue (exactly once) and drop. Used by ``wm-signals dlq``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+from redis.asyncio import Redis
+
+from signals._util import lua
+from signals.codec import FIELD, decode_dead_letter
+from signals.errors import InvalidInputError
+from signals.keys import Keys
+from signals.models import DeadLetter
+
+__all__ = ("DeadLetterEntry", "DeadLetters")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterEntry:
+    """A dead letter with where it lives."""
+
+    partition: int
+    id: str
+    letter: DeadLetter
+
+
+class DeadLetters:
+    """The dead-letter streams of a namespace."""
+
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._requeue = redis.register_script(lua("requeue"))
+
+    async def list(self, *, limit: int = 1000) -> list[DeadLetterEntry]:
+        """Dead letters of every partition, oldest first per partition."""
+        out: list[DeadLetterEntry] = []
+        for partition in range(self.keys.partitions):
+            for entry_id, fields in await self.redis.xrange(self.keys.dead_letters(partition), count=limit):
+                try:
+                    letter = decode_dead_letter(fields[FIELD])
+                except (KeyError, msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                out.append(DeadLetterEntry(partition, entry_id, letter))
+        return out[:limit]
+
+    async def get(self, dead_letter_id: str) -> DeadLetterEntry:
+        """One dead letter by id (ids are unique across partitions in practice)."""
+        for partition in range(self.keys.partitions):
+            entries = await self.redis.xrange(self.keys.dead_letters(partition), min=dead_letter_id,
+                                              max=dead_letter_id)
+            if entries:
+                return DeadLetterEntry(partition, entries[0][0], decode_dead_letter(entries[0][1][FIELD]))
+        raise InvalidInputError(f"no dead letter {dead_letter_id!r}")
+
+    async def requeue(self, dead_letter_id: str) -> str:
+        """Append the event back to its partition stream and delete the dead letter, once.
+
+        Returns the new write-stream entry id.
+
+        Raises:
+            InvalidInputError: no such dead letter (already requeued or dropped).
+        """
+        entry = await self.get(dead_letter_id)
+        pairs = [x for kv in entry.letter.fields.items() for x in kv]
+        new_id = await self._requeue(keys=[self.keys.dead_letters(entry.partition),
+                                           self.keys.writes(entry.partition)],
+                                     args=[entry.id, *pairs])
+        if not new_id:
+            raise InvalidInputError(f"dead letter {dead_letter_id!r} was already requeued or dropped")
+        return str(new_id)
+
+    async def drop(self, dead_letter_id: str) -> None:
+        """Delete a dead letter."""
+        entry = await self.get(dead_letter_id)
+        await self.redis.xdel(self.keys.dead_letters(entry.partition), entry.id)

@@ -1,0 +1,322 @@
+"""Debugging commands: replay, export, inspect, dlq. All read-only except ``dlq requeue|drop``.
+
+``replay`` never joins a consumer group and never writes; with ``--file`` it works on an
+``export`` file with no Redis at all. Export format: JSON lines, ``{"kind": "signal",
+"entryId", "signal"}`` then ``{"kind": "delivery", "delivery"}`` records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from signals._util import connect
+from signals.codec import encode_json
+from signals.deadletters import DeadLetters
+from signals.deliveries import DeliveryLog
+from signals.diff import unified_patch
+from signals.errors import InvalidInputError, VerifyError
+from signals.inspect import inspect
+from signals.keys import Keys, lane_id
+from signals.models import Delivery, Signal
+from signals.replay import Materialised, iter_signals, materialise
+from signals.tokens import approx_tokens
+from workers.commands import add_common_args, add_lane_args, run_async, lane_scope, resolve_redis, settings_from
+from workers.render import signal_record
+
+__all__ = ("register",)
+
+_console = Console(highlight=False, soft_wrap=True)
+
+
+class _ExportLine(msgspec.Struct, kw_only=True, rename="camel"):
+    kind: str
+    entry_id: str | None = None
+    signal: Signal | None = None
+    delivery: Delivery | None = None
+
+
+_export_decoder = msgspec.json.Decoder(_ExportLine)
+
+
+def _bound(value: str | None) -> tuple[str, int | datetime] | None:
+    """``--from``/``--to``: a version number or an ISO-8601 time."""
+    if value is None:
+        return None
+    if value.isdigit():
+        return ("version", int(value))
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise InvalidInputError(f"--from/--to takes a version number or an ISO time, not {value!r}") from e
+    return ("time", when)
+
+
+def _within(item: Materialised, low: Any, high: Any) -> bool:
+    for bound, above in ((low, True), (high, False)):
+        if bound is None:
+            continue
+        kind, value = bound
+        if kind == "version":
+            key: Any = item.signal.version
+        else:
+            key = datetime.fromisoformat((item.signal.emitted_at or "1970-01-01T00:00:00Z").replace("Z", "+00:00"))
+        if (above and key < value) or (not above and key > value):
+            return False
+    return True
+
+
+def _read_file(path: str) -> tuple[list[tuple[str, Signal]], list[Delivery]]:
+    signals: list[tuple[str, Signal]] = []
+    deliveries: list[Delivery] = []
+    try:
+        lines = Path(path).read_bytes().splitlines()
+    except OSError as e:
+        raise InvalidInputError(f"--file {path}: {e}") from e
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = _export_decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise InvalidInputError(f"{path} line {number}: not an export record: {e}") from e
+        if record.kind == "signal" and record.signal is not None:
+            signals.append((record.entry_id or str(number), record.signal))
+        elif record.kind == "delivery" and record.delivery is not None:
+            deliveries.append(record.delivery)
+        else:
+            raise InvalidInputError(f"{path} line {number}: unknown record kind {record.kind!r}")
+    return signals, deliveries
+
+
+def _print_item(item: Materialised, previous: str | None) -> None:
+    s = item.signal
+    _console.print(f"[bold]v{s.version}[/] {s.mode:8} {s.cache_key}  {len(s.contents.encode())} B  "
+                   f"~{approx_tokens(s.contents)} tok  write v{s.write_version}  {s.emitted_at or ''}")
+    if s.mode == "delta":
+        _console.print(s.contents, markup=False)
+    elif previous is not None:
+        _console.print(unified_patch(previous, item.value) or "(same text as before)", markup=False)
+    else:
+        _console.print(item.value, markup=False)
+
+
+def _replay_items(signals: list[tuple[str, Signal]], verify: bool) -> Iterator[Materialised]:
+    if sys.stdout.isatty() and len(signals) > 1000:
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("replaying", total=len(signals))
+            for item in materialise(signals, verify=verify):
+                progress.advance(task)
+                yield item
+    else:
+        yield from materialise(signals, verify=verify)
+
+
+def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery]) -> int:
+    if args.deliveries:
+        for d in deliveries:
+            if args.json:
+                sys.stdout.write(encode_json(d) + "\n")
+            else:
+                _console.print(f"step {d.step}: {d.lane} v{d.version} {d.mode} ({d.reason}) "
+                               f"{d.cache_key[:19]}… {d.at or ''}")
+        return 0
+    if not signals:
+        raise InvalidInputError("no signals retained for that lane (check --namespace, --scope and the ids)")
+    low, high = _bound(args.from_), _bound(args.to)
+    previous: str | None = None
+    found_at = None
+    count = 0
+    try:
+        for item in _replay_items(signals, args.verify):
+            count += 1
+            if args.at is not None:
+                if item.signal.version == args.at:
+                    found_at = item.value
+                continue
+            if args.verify or not _within(item, low, high):
+                previous = item.value
+                continue
+            if args.json:
+                sys.stdout.write(encode_json(signal_record(item)) + "\n")
+            else:
+                _print_item(item, previous)
+            previous = item.value
+    except VerifyError as e:
+        print(f"wm-signals: verify failed: {e}", file=sys.stderr)
+        return 1
+    if args.at is not None:
+        if found_at is None:
+            oldest = signals[0][1].version if signals else None
+            raise InvalidInputError(f"version {args.at} is not in the retained history (oldest retained: {oldest})")
+        sys.stdout.write(found_at + "\n")
+    if args.verify:
+        first = signals[0][1].version if signals else 0
+        print(f"verified {count} signals (versions {first}..{first + count - 1}): chain and cacheKeys intact")
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    if args.file:
+        signals, deliveries = _read_file(args.file)
+        return _show(args, signals, deliveries)
+    if args.resource is None and args.thread is None:
+        raise InvalidInputError("replay needs --resource (and/or --thread), or --file")
+    settings = settings_from(args)
+
+    async def main() -> int:
+        async with resolve_redis(settings) as url:
+            redis = connect(url)
+            try:
+                signals, deliveries = await _load(redis, settings.keys(), args)
+            finally:
+                await redis.aclose()
+        return _show(args, signals, deliveries)
+
+    return run_async(main)
+
+
+async def _load(redis: Any, keys: Keys, args: argparse.Namespace) -> tuple[list[tuple[str, Signal]], list[Delivery]]:
+    deliveries: list[Delivery] = []
+    if getattr(args, "deliveries", False) or args.command == "export":
+        if args.thread:
+            deliveries = await DeliveryLog(redis, keys).read(args.thread)
+        elif getattr(args, "deliveries", False):
+            raise InvalidInputError("--deliveries needs --thread")
+    signals: list[tuple[str, Signal]] = []
+    if not getattr(args, "deliveries", False):
+        lane = lane_id(lane_scope(args), args.resource, args.thread)  # type: ignore[arg-type]
+        signals = [item async for item in iter_signals(redis, keys, lane)]
+    return signals, deliveries
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+
+    async def main() -> int:
+        async with resolve_redis(settings) as url:
+            redis = connect(url)
+            try:
+                signals, deliveries = await _load(redis, settings.keys(), args)
+            finally:
+                await redis.aclose()
+        lines = [encode_json(_ExportLine(kind="signal", entry_id=eid, signal=s)) for eid, s in signals]
+        lines += [encode_json(_ExportLine(kind="delivery", delivery=d)) for d in deliveries]
+        Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        print(f"exported {len(signals)} signals and {len(deliveries)} deliveries to {args.output}")
+        return 0
+
+    return run_async(main)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+
+    async def main() -> int:
+        async with resolve_redis(settings) as url:
+            redis = connect(url)
+            try:
+                report = await inspect(redis, settings.keys(), top=args.top)
+            finally:
+                await redis.aclose()
+        if args.json:
+            print(encode_json({"partitions": [_partition_dict(p) for p in report.partitions],
+                               "totals": report.totals, "busiest": report.busiest}))
+            return 0
+        table = Table(title=f"namespace {settings.namespace}")
+        for column in ("part", "stream", "pending", "lagging", "lanes", "dlq", "consumers:pending/idle"):
+            table.add_column(column, justify="right" if column != "consumers" else "left")
+        for p in report.partitions:
+            consumers = ", ".join(f"{c.name}:{c.pending}/{c.idle_ms / 1000:.0f}s" for c in p.consumers)
+            table.add_row(str(p.partition), str(p.stream_length), str(p.pending), str(p.lag), str(p.lanes),
+                          str(p.dead_letters), consumers or "-")
+        t = report.totals
+        table.add_row("all", str(t["stream_length"]), str(t["pending"]), str(t["lag"]), str(t["lanes"]),
+                      str(t["dead_letters"]), "")
+        _console.print(table)
+        if report.busiest:
+            _console.print("busiest lanes (writes): " + ", ".join(f"{lane} ({n})" for lane, n in report.busiest))
+        return 0
+
+    return run_async(main)
+
+
+def _partition_dict(p: Any) -> dict[str, Any]:
+    return {"partition": p.partition, "streamLength": p.stream_length, "pending": p.pending, "lag": p.lag,
+            "lanes": p.lanes, "deadLetters": p.dead_letters,
+            "consumers": [{"name": c.name, "pending": c.pending, "idleMs": c.idle_ms} for c in p.consumers]}
+
+
+def _cmd_dlq(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+
+    async def main() -> int:
+        async with resolve_redis(settings) as url:
+            redis = connect(url)
+            dlq = DeadLetters(redis, settings.keys())
+            try:
+                if args.action == "list":
+                    for entry in await dlq.list():
+                        print(f"{entry.id}  partition {entry.partition}  attempts {entry.letter.attempts}  "
+                              f"{entry.letter.error}")
+                elif args.action == "show":
+                    print(encode_json((await dlq.get(_need_id(args))).letter))
+                elif args.action == "requeue":
+                    print(f"requeued as {await dlq.requeue(_need_id(args))}")
+                else:
+                    await dlq.drop(_need_id(args))
+                    print("dropped")
+            finally:
+                await redis.aclose()
+        return 0
+
+    return run_async(main)
+
+
+def _need_id(args: argparse.Namespace) -> str:
+    if not args.id:
+        raise InvalidInputError(f"dlq {args.action} needs a dead-letter id (see 'dlq list')")
+    return str(args.id)
+
+
+def register(sub: Any) -> None:
+    """Add replay, export, inspect and dlq to the CLI."""
+    replay = sub.add_parser("replay", help="a lane's signals in order, rebuilt and (optionally) verified")
+    add_common_args(replay)
+    add_lane_args(replay, resource_required=False)
+    replay.add_argument("--file", help="replay an export file (no Redis)")
+    replay.add_argument("--at", type=int, metavar="VERSION", help="print the working memory as of VERSION")
+    replay.add_argument("--verify", action="store_true", help="check every delta and cacheKey; exit 1 on the first break")
+    replay.add_argument("--deliveries", action="store_true", help="what the model saw at each step (needs --thread)")
+    replay.add_argument("--from", dest="from_", metavar="VERSION|TIME", help="first version or ISO time to show")
+    replay.add_argument("--to", metavar="VERSION|TIME", help="last version or ISO time to show")
+    replay.add_argument("--json", action="store_true", help="JSON lines")
+    replay.set_defaults(handler=_cmd_replay)
+
+    export = sub.add_parser("export", help="write a lane's signals (and a thread's deliveries) to a JSON lines file")
+    add_common_args(export)
+    add_lane_args(export, resource_required=False)
+    export.add_argument("--output", "-o", required=True, help="output file")
+    export.set_defaults(handler=_cmd_export, deliveries=False)
+
+    insp = sub.add_parser("inspect", help="partitions, consumer groups, pending, lag, dead letters, busiest lanes")
+    add_common_args(insp)
+    insp.add_argument("--top", type=int, default=10, help="how many busiest lanes to list")
+    insp.add_argument("--json", action="store_true")
+    insp.set_defaults(handler=_cmd_inspect)
+
+    dlq = sub.add_parser("dlq", help="dead letters: list | show ID | requeue ID | drop ID")
+    add_common_args(dlq)
+    dlq.add_argument("action", choices=("list", "show", "requeue", "drop"))
+    dlq.add_argument("id", nargs="?", help="dead-letter entry id")
+    dlq.set_defaults(handler=_cmd_dlq)
