@@ -35,7 +35,11 @@ def utf8(text: str) -> bytes:
         return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
+_PREFIXES = {"markdown": b"markdown\x00", "json": b"json\x00"}
+
+
 def cache_key(fmt: str, data: str) -> str:
     """Cache key of already-trimmed ``data`` in format ``fmt`` (always 71 characters)."""
-    digest = hashlib.sha256(utf8(fmt) + b"\x00" + utf8(data)).hexdigest()
+    prefix = _PREFIXES.get(fmt) or utf8(fmt) + b"\x00"
+    digest = hashlib.sha256(prefix + utf8(data)).hexdigest()
     return "sha256:" + digest

@@ -29,7 +29,8 @@ class LaneTracking:
         cache_key: the cacheKey of the last signal.
         mode: the mode of the last signal.
         write_version: the last document version processed (signal or not).
-        value: the full text after the last signal: the next delta's base.
+        value: the full text after the last signal: the next delta's base (kept by the
+            worker, not stored in the tracking hash).
         since_snapshot: signals since (and including) the last snapshot.
     """
 
@@ -41,18 +42,21 @@ class LaneTracking:
     since_snapshot: int = 0
 
     @classmethod
-    def from_fields(cls, fields: list[str | None]) -> LaneTracking:
-        """From ``HMGET trk v ck mode wv val n``."""
-        v, ck, mode, wv, val, n = fields
-        return cls(int(v or 0), ck or "", mode or "", int(wv or 0), val or "", int(n or 0))
+    def from_fields(cls, fields: list[str | None], value: str = "") -> LaneTracking:
+        """From ``HMGET trk v ck mode wv n`` and the lane's current text."""
+        v, ck, mode, wv, n = fields
+        return cls(int(v or 0), ck or "", mode or "", int(wv or 0), value, int(n or 0))
 
     def to_args(self) -> list[str | int]:
-        """The positional values the commit script stores (``v ck mode wv val n``)."""
-        return [self.version, self.cache_key, self.mode, self.write_version, self.value,
-                self.since_snapshot]
+        """The positional values the commit script stores (``v ck mode wv n``).
+
+        ``value`` is not stored in the tracking: it is the last signal's ``value`` (or is
+        rebuilt from the stream), so Redis holds each text once per lane stream.
+        """
+        return [self.version, self.cache_key, self.mode, self.write_version, self.since_snapshot]
 
 
-FIELDS = ("v", "ck", "mode", "wv", "val", "n")
+FIELDS = ("v", "ck", "mode", "wv", "n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +69,11 @@ class LaneOptions:
 
 
 def advance(
-    tracking: LaneTracking, event: WriteEvent, options: LaneOptions
+    tracking: LaneTracking, event: WriteEvent, options: LaneOptions, *, now: str | None = None
 ) -> tuple[LaneTracking, Signal | None]:
     """Process one write event: the new tracking and the signal to emit, if any.
+
+    ``now`` is the ``emittedAt`` stamp (a batch shares one); the current time by default.
 
     An event at or below the processed write version is a duplicate or was superseded
     by a newer write already signalled: nothing is emitted for it.
@@ -102,7 +108,7 @@ def advance(
         lane=event.lane,
         resource_id=event.resource_id,
         thread_id=event.thread_id if event.scope == "thread" else None,
-        emitted_at=now_iso(),
+        emitted_at=now or now_iso(),
         base_version=tracking.version if delta else None,
         write_version=event.version,
     )

@@ -26,7 +26,7 @@ import msgspec
 
 from signals.cachekey import cache_key, js_trim
 from signals.codec import decode_json, encode_json
-from signals.diff import apply_patch, unified_patch
+from signals.diff import apply_patch, compact_patch, unified_patch
 from signals.errors import InvalidInputError, PatchError
 from signals.merge import deep_merge, merge_patch
 from signals.models import Attributes, Format, Mode, Scope
@@ -112,7 +112,7 @@ def _delta(
             patch = unified_patch(prior, contents)
         else:
             # Past this many edited lines the patch outweighs the snapshot: stop early.
-            patch = unified_patch(prior, contents, max_edits=2 * contents.count("\n") + 16)
+            patch = compact_patch(prior, contents, max_edits=2 * contents.count("\n") + 16)
             if patch is None or approx_tokens(patch) >= approx_tokens(contents):
                 return None
         assert patch is not None

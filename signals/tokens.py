@@ -14,4 +14,5 @@ __all__ = ("approx_tokens",)
 
 def approx_tokens(text: str) -> int:
     """Approximate token count of ``text`` (``ceil(utf8 bytes / 4)``)."""
-    return (len(utf8(text)) + 3) // 4
+    size = len(text) if text.isascii() else len(utf8(text))
+    return (size + 3) // 4

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,16 +27,18 @@ from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
 from signals._util import lua, now_iso
-from signals.codec import FIELD, decode_write, encode_json
+from signals.codec import FIELD, decode_signal, decode_write, encode_json
 from signals.errors import GroupMissingError
-from signals.keys import GROUP, Keys, lane_id
-from signals.lane import FIELDS, LaneOptions, LaneTracking, advance
+from signals.keys import GROUP, Keys
+from signals.lane import LaneOptions, LaneTracking, advance
 from signals.models import DeadLetter, WriteEvent
+from signals.replay import iter_signals, materialise
 
 __all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")
 
 log = structlog.get_logger(__name__)
 _MAX_RECOMPUTE = 50
+_LANE_PREFIX = {"resource": "r:", "thread": "t:"}
 
 
 def default_consumer_name() -> str:
@@ -55,6 +57,7 @@ class ConsumerOptions:
     claim_idle_ms: int = 15_000
     max_attempts: int = 3
     dead_letter_maxlen: int = 100_000
+    prior_cache: int = 20_000
 
 
 @dataclass(slots=True)
@@ -75,6 +78,71 @@ class BatchStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
+class PriorCache:
+    """The text after each lane's last signal (the next delta's base), cached in the worker.
+
+    Bounded LRU keyed by lane and checked against the lane's signal version, so a stale
+    entry (another worker signalled the lane since) is never used. A miss reads the
+    lane's last signal ``value``, or rebuilds the text from the last snapshot when values
+    are left out of deltas. Workers stay stateless: the cache only saves round trips.
+    """
+
+    def __init__(self, redis: Redis, keys: Keys, capacity: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.capacity = capacity
+        self._lru: OrderedDict[str, tuple[int, str]] = OrderedDict()
+
+    def remember(self, lane: str, version: int, value: str) -> None:
+        """Cache the text of ``lane`` at signal ``version``."""
+        self._lru[lane] = (version, value)
+        self._lru.move_to_end(lane)
+        while len(self._lru) > self.capacity:
+            self._lru.popitem(last=False)
+
+    def forget(self, lane: str) -> None:
+        """Drop a lane (its tracking moved under us)."""
+        self._lru.pop(lane, None)
+
+    async def values_for(self, versions: dict[str, int]) -> dict[str, str]:
+        """The text at the given signal version of each lane (lanes at version 0 have none)."""
+        out: dict[str, str] = {}
+        missing: list[tuple[str, int]] = []
+        for lane, version in versions.items():
+            if version == 0:
+                continue
+            cached = self._lru.get(lane)
+            if cached is not None and cached[0] == version:
+                out[lane] = cached[1]
+                self._lru.move_to_end(lane)
+            else:
+                missing.append((lane, version))
+        if missing:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for lane, _ in missing:
+                    pipe.xrevrange(self.keys.signals(lane), count=1)
+                replies = await pipe.execute()
+            for (lane, version), entries in zip(missing, replies, strict=True):
+                value = None
+                if entries:
+                    signal = decode_signal(entries[0][1][FIELD])
+                    if signal.version == version and signal.value is not None:
+                        value = signal.value
+                if value is None:
+                    value = await self._rebuild(lane, version)
+                out[lane] = value
+                self.remember(lane, version, value)
+        return out
+
+    async def _rebuild(self, lane: str, version: int) -> str:
+        start = await self.redis.lindex(self.keys.snapshots(lane), -1) or "-"
+        chain = [item async for item in iter_signals(self.redis, self.keys, lane, start=start)]
+        for item in materialise(chain, verify=False):
+            if item.signal.version == version:
+                return item.value
+        raise RuntimeError(f"{lane}: signal version {version} is not in its stream")
+
+
 @dataclass(slots=True)
 class _Entry:
     partition: int
@@ -92,6 +160,8 @@ class Consumer:
         self.name = name
         self.stats = BatchStats()
         self._commit = redis.register_script(lua("commit"))
+        self._read = redis.register_script(lua("read_tracking"))
+        self._priors = PriorCache(redis, keys, options.prior_cache)
         self._dead = redis.register_script(lua("dead_letter"))
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
 
@@ -113,7 +183,8 @@ class Consumer:
         try:
             reply = await self.redis.xreadgroup(
                 GROUP, self.name, streams,  # type: ignore[arg-type]
-                count=self.options.batch, block=None if cursors else self.options.block_ms,
+                count=self.options.batch,
+                block=None if cursors else self.options.block_ms,
             )
         except redis_exc.ResponseError as e:
             if "NOGROUP" in str(e):
@@ -162,7 +233,8 @@ class Consumer:
                 continue
             try:
                 event = decode_write(fields[FIELD])
-                if event.lane != lane_id(event.scope, event.resource_id, event.thread_id):
+                owner = event.resource_id if event.scope == "resource" else event.thread_id
+                if not owner or event.lane != _LANE_PREFIX[event.scope] + owner:
                     raise ValueError(f"lane {event.lane!r} does not match its scope and ids")
                 if self.keys.partition(event.lane) != partition:
                     raise ValueError(f"lane {event.lane!r} does not belong to partition {partition}")
@@ -185,18 +257,29 @@ class Consumer:
         for entry in entries:
             by_lane[entry.event.lane].append(entry)
         lanes = list(by_lane)
+        partitions: dict[int, list[str]] = defaultdict(list)
+        for lane in lanes:
+            partitions[by_lane[lane][0].partition].append(lane)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for lane in lanes:
-                pipe.hmget(self.keys.track(lane), FIELDS)
-                pipe.exists(self.keys.doc(lane))
+            for group in partitions.values():
+                await self._read(keys=[k for lane in group for k in (self.keys.track(lane), self.keys.doc(lane))],
+                                 client=pipe)
             replies = await pipe.execute()
+        state: dict[str, list[Any]] = {}
+        for group, flat in zip(partitions.values(), replies, strict=True):
+            for n, lane in enumerate(group):
+                state[lane] = flat[6 * n : 6 * n + 6]
+        values = await self._priors.values_for(
+            {lane: int(fields[0] or 0) for lane, fields in state.items() if fields[5]})
 
         per_partition: dict[int, list[tuple[str, list[Any], list[_Entry], BatchStats]]] = defaultdict(list)
-        for index, lane in enumerate(lanes):
-            tracking = LaneTracking.from_fields(replies[2 * index])
+        finals: dict[str, LaneTracking] = {}
+        now = now_iso()
+        for lane in lanes:
+            tracking = LaneTracking.from_fields(state[lane][:5], values.get(lane, ""))
             lane_entries = sorted(by_lane[lane], key=lambda e: e.event.version)
             partition = lane_entries[0].partition
-            if not replies[2 * index + 1]:
+            if not state[lane][5]:
                 for entry in lane_entries:
                     await self._dead_letter(partition, entry.entry_id, {FIELD: encode_json(entry.event)},
                                             f"poison: unknown lane {lane!r} (no document)", 1)
@@ -204,11 +287,12 @@ class Consumer:
                 continue
             expected = tracking.write_version
             lane_stats = BatchStats()
-            signals: list[Any] = []
+            signals: list[str] = []
+            snapshots: list[int] = []
             acks: list[str] = []
             for entry in lane_entries:
                 try:
-                    tracking, signal = advance(tracking, entry.event, self.options.lane)
+                    tracking, signal = advance(tracking, entry.event, self.options.lane, now=now)
                 except Exception as e:  # noqa: BLE001 - classified: counted, retried, then dead-lettered
                     await self._failed(entry, e, lane_stats)
                     continue
@@ -217,12 +301,14 @@ class Consumer:
                     lane_stats.skipped += 1
                     continue
                 snapshot = signal.mode == "snapshot"
-                signals += [encode_json(signal), "1" if snapshot else "0"]
+                signals.append(encode_json(signal))
+                snapshots.append(int(snapshot))
                 lane_stats.signals += 1
                 lane_stats.snapshots += snapshot
                 lane_stats.deltas += not snapshot
-            args = [expected, *tracking.to_args(), len(signals) // 2, *signals, len(acks), *acks]
-            per_partition[partition].append((lane, args, lane_entries, lane_stats))
+            item = [expected, *tracking.to_args(), signals, snapshots, acks]
+            per_partition[partition].append((lane, item, lane_entries, lane_stats))
+            finals[lane] = tracking
 
         retry: list[_Entry] = []
         if not per_partition:
@@ -231,20 +317,24 @@ class Consumer:
         async with self.redis.pipeline(transaction=False) as pipe:
             for partition, items in order:
                 script_keys = [self.keys.writes(partition)]
-                argv: list[Any] = [GROUP, len(items), self.options.keep_snapshots]
-                for lane, args, _, _ in items:
+                for lane, _, _, _ in items:
                     script_keys += [self.keys.track(lane), self.keys.signals(lane), self.keys.snapshots(lane)]
-                    argv += args
-                await self._commit(keys=script_keys, args=argv, client=pipe)
+                payload = encode_json([item for _, item, _, _ in items])
+                await self._commit(keys=script_keys, args=[GROUP, self.options.keep_snapshots, payload],
+                                   client=pipe)
             results = await pipe.execute()
         for (_, items), conflicts in zip(order, results, strict=True):
             conflicted = {int(i) - 1 for i in conflicts}
-            for position, (_, _, lane_entries, lane_stats) in enumerate(items):
+            for position, (lane, _, lane_entries, lane_stats) in enumerate(items):
                 if position in conflicted:
                     stats.conflicts += 1
                     retry.extend(lane_entries)
+                    self._priors.forget(lane)
                 else:
                     stats.add(lane_stats)
+                    final = finals[lane]
+                    if final.version:
+                        self._priors.remember(lane, final.version, final.value)
         return retry
 
     async def _failed(self, entry: _Entry, error: Exception, stats: BatchStats) -> None:

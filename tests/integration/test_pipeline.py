@@ -159,3 +159,21 @@ async def test_refused_writes_store_nothing(redis: Redis, keys: Keys) -> None:
     doc = await store.get("u")
     assert doc is not None and (doc.version, doc.data) == (1, '{"age":1}')
     assert await redis.xlen(keys.writes(keys.partition("r:u"))) == 1
+
+
+async def test_fresh_worker_rebuilds_prior_when_deltas_omit_value(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """With values left out of deltas, a new worker (empty cache) rebuilds the delta base
+    from the lane's last snapshot chain and keeps the chain intact."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    lines = [f"- fact {i}: a line long enough for deltas to win" for i in range(12)]
+    for round_ in range(3):
+        async with running_workers(redis_server.url, keys, 1, omit_delta_value=True):
+            for k in range(4):
+                lines[(round_ * 4 + k) % 12] = f"- fact changed in round {round_} step {k}"
+                await store.replace("u", "# Notes\n" + "\n".join(lines))
+            await wait_caught_up(redis, keys)
+    signals = await check_lane(redis, keys, "r:u")
+    deltas = [s for s in signals if s.mode == "delta"]
+    assert len(deltas) >= 8 and all(s.value is None for s in deltas)

@@ -90,7 +90,7 @@ def test_export_round_trip_and_verify_finds_corruption(redis_server: RedisServer
     delta_line = next(i for i, line in enumerate(lines) if '"mode":"delta"' in line)
 
     for corrupt, message in [
-        (lambda r: r["signal"].update(contents=r["signal"]["contents"].replace("+- item", "+- itXm", 1)),
+        (lambda r: r["signal"].update(contents=r["signal"]["contents"] + "#"),  # an added line altered
          "cacheKey does not match"),
         (lambda r: r["signal"].update(cacheKey="sha256:" + "0" * 64), "cacheKey does not match"),
         (lambda r: r["signal"].update(contents="@@ -900,1 +900,1 @@\n-x\n+y"), "does not apply"),

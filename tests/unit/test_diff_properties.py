@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from signals.cachekey import js_trim
-from signals.diff import apply_patch, diff_hunks, unified_patch
+from signals.diff import apply_patch, compact_patch, diff_hunks, unified_patch
 from signals.errors import PatchError
 
 LINE = st.one_of(
@@ -26,6 +26,23 @@ def test_apply_inverts_diff(old: list[str], new: list[str], sep: str) -> None:
     if not prior or not nxt:
         return
     assert apply_patch(prior, unified_patch(prior, nxt) or "") == nxt
+
+
+@given(DOC, DOC, SEP)
+@settings(max_examples=400, deadline=None)
+def test_compact_patch_applies(old: list[str], new: list[str], sep: str) -> None:
+    """The compact policy's fast patch also rebuilds the next text exactly."""
+    prior, nxt = js_trim(sep.join(old)), js_trim(sep.join(new))
+    if not prior or not nxt:
+        return
+    assert apply_patch(prior, compact_patch(prior, nxt) or "") == nxt
+
+
+def test_compact_patch_edits_in_place() -> None:
+    """Lines edited in place give one small hunk per run, without running Myers."""
+    prior = "\n".join(f"l{i}" for i in range(10))
+    nxt = prior.replace("l2", "X").replace("l7", "Y")
+    assert compact_patch(prior, nxt) == "@@ -3,1 +3,1 @@\n-l2\n+X\n@@ -8,1 +8,1 @@\n-l7\n+Y"
 
 
 @given(DOC)
