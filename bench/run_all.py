@@ -1,0 +1,132 @@
+"""``make bench``: every benchmark, one table, written with the machine's description to BENCHMARKS.md.
+
+Figures are measured in this run, each beside its baseline from the same run. Use
+``--quick`` for a small smoke run (what the test suite does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import bench_delta, bench_latency, bench_rss, bench_tokens, bench_verify, bench_worker
+
+
+def _machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    return (f"{platform.system()} {platform.release()}, {os.cpu_count()} cores ({cpu}), {mem} RAM, "
+            f"Python {platform.python_version()}, {redis.split(' sha=')[0] or 'redis-server: embedded'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny inputs (smoke test)")
+    parser.add_argument("--output", default="BENCHMARKS.md")
+    args = parser.parse_args()
+    q = args.quick
+    lines: list[str] = []
+
+    def out(text: str = "") -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    started = time.perf_counter()
+    out("# Benchmarks")
+    out()
+    out(f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on: {_machine()}.")
+    out("Regenerate with `make bench` (about 5-8 minutes). Every figure is measured in the same run as its baseline.")
+    out()
+    out("## Delta computation (Mastra-compatible jsdiff port) by document size")
+    out()
+    out("| lines | median ms | difflib ms (baseline) | ratio |")
+    out("|---:|---:|---:|---:|")
+    for r in bench_delta.run(repeat=20 if q else 200):
+        out(f"| {r['lines']} | {r['ours_ms']:.3f} | {r['difflib_ms']:.3f} | {r['ratio']:.2f} |")
+    out()
+    out("Target: < 2 ms at 2,000 lines.")
+    out()
+    w = bench_worker.run(2_000 if q else 100_000, 100 if q else 1_000)
+    out(f"## Worker throughput ({w['writes']:,} writes, {w['lanes']:,} lanes, ~1 KB, 20% repeats)")
+    out()
+    out("| what | events/s | ratio |")
+    out("|---|---:|---:|")
+    out(f"| wm-signals worker (compact policy) | {w['worker_eps']:,.0f} | {w['ratio']:.2f}x minimal |")
+    out(f"| minimal XREADGROUP -> XADD -> XACK loop | {w['minimal_eps']:,.0f} | 1.00x |")
+    if w["redis_benchmark_xadd_p16"]:
+        out(f"| redis-benchmark XADD -P 16 | {w['redis_benchmark_xadd_p16']:,.0f} | "
+            f"{w['worker_eps'] / w['redis_benchmark_xadd_p16']:.2f}x (worker/raw) |")
+    out()
+    out(f"Signals: {w['signals']:,} ({w['deltas']:,} deltas, {w['snapshots']:,} snapshots), "
+        f"{w['skipped']:,} dedup skips. Targets: >= 25,000 events/s and >= 0.7x the minimal loop.")
+    out()
+    out("## Write -> subscriber latency (one worker, one Redis)")
+    out()
+    out("| target rate/s | achieved/s | signals | p50 ms | p99 ms | max ms |")
+    out("|---:|---:|---:|---:|---:|---:|")
+    for r in bench_latency.run((200, 500) if q else (2_000, 10_000), 1.0 if q else 5.0):
+        out(f"| {r['rate']:,} | {r['achieved']:,.0f} | {r['received']:,} | {r['p50']:.2f} | {r['p99']:.2f} | "
+            f"{r['max']:.2f} |")
+    out()
+    out("Targets: p99 <= 5 ms at 2,000/s and <= 10 ms at 10,000/s.")
+    out()
+    v = bench_verify.run(2_000 if q else 100_000)
+    out(f"## replay --verify on a lane with {v['signals']:,} signals")
+    out()
+    out(f"{v['verify_s']:.2f} s (the whole command, as a process), beside {v['xrange_s']:.2f} s to XRANGE the same "
+        f"entries and nothing else ({v['ratio']:.1f}x). Target: < 10 s.")
+    out()
+    out("## Worker memory (RSS) by lanes touched")
+    out()
+    out("| lanes | RSS MB |")
+    out("|---:|---:|")
+    rss = bench_rss.run((1_000, 5_000) if q else (1_000, 100_000, 1_000_000))
+    for r in rss:
+        out(f"| {r['lanes']:,} | {r['rss_mb']:.1f} |")
+    out()
+    out(f"Growth from {rss[1]['lanes']:,} to {rss[-1]['lanes']:,} lanes: {rss[-1]['rss_mb'] - rss[1]['rss_mb']:.1f} MB "
+        "(target < 100 MB; the first row is the worker just after start-up).")
+    out()
+    out("## Token economics (200-turn conversations, ~10% of turns update the memory)")
+    out()
+    out("Working-memory tokens sent to the model: (a) whole memory in the system prompt every turn, "
+        "(b) state signals, mastra policy, (c) state signals, compact policy; the floor is one rendered snapshot "
+        "per window period plus the changed lines. Cache turns: turns whose system prompt equals the previous "
+        "turn's (a proxy for provider prompt caching). Tokens: UTF-8 bytes / 4.")
+    out()
+    out("| conversation | updates | (a) system | (b) mastra | (c) compact | floor | c/floor | c/(a) | cache (a) | cache (c) |")
+    out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in bench_tokens.run():
+        out(f"| {r['conversation']} | {r['updates']} | {r['system']:,} | {r['mastra']:,} | {r['compact']:,} | "
+            f"{r['floor']:,} | {r['compact_vs_floor']:.2f} | {r['compact_vs_system']:.1%} | "
+            f"{r['cache_system']}/200 | {r['cache_signals']}/200 |")
+    out()
+    out("Targets: compact <= mastra, <= 1.25x the floor and <= 15% of (a) on every conversation.")
+    out()
+    out(f"Total benchmark time: {time.perf_counter() - started:.0f} s.")
+    if not q:
+        Path(args.output).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print(f"\nwrote {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
