@@ -53,7 +53,7 @@ async def _writer(url: str, namespace: str, rate: float, seconds: float, tasks: 
     await store.aclose()
 
 
-async def _subscribe(url: str, keys: Keys, expected: int, timeout: float) -> tuple[list[float], float]:
+async def _subscribe(url: str, keys: Keys, expected: int, limit_s: float) -> tuple[list[float], float]:
     redis = connect(url)
     cursors = {keys.signals(f"r:user{i}"): "$" for i in range(LANES)}
     # start from the current end of every stream
@@ -62,7 +62,7 @@ async def _subscribe(url: str, keys: Keys, expected: int, timeout: float) -> tup
         cursors[stream] = last[0][0] if last else "0-0"
     latencies: list[float] = []
     first = last_seen = None
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + limit_s
     while len(latencies) < expected and time.monotonic() < deadline:
         reply = await redis.xread(cursors, count=1000, block=200)
         now = time.time_ns()

@@ -21,7 +21,7 @@ import anyio
 
 from signals._util import connect
 from signals.codec import FIELD, encode_json
-from signals.keys import GROUP, Keys
+from signals.keys import Keys
 from signals.models import WriteEvent
 from workers.consumer import Consumer, ConsumerOptions
 from workers.embedded import RedisServer

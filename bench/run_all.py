@@ -113,7 +113,8 @@ def main() -> None:
         "per window period plus the changed lines. Cache turns: turns whose system prompt equals the previous "
         "turn's (a proxy for provider prompt caching). Tokens: UTF-8 bytes / 4.")
     out()
-    out("| conversation | updates | (a) system | (b) mastra | (c) compact | floor | c/floor | c/(a) | cache (a) | cache (c) |")
+    out("| conversation | updates | (a) system | (b) mastra | (c) compact | floor | c/floor | c/(a) "
+        "| cache (a) | cache (c) |")
     out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in bench_tokens.run():
         out(f"| {r['conversation']} | {r['updates']} | {r['system']:,} | {r['mastra']:,} | {r['compact']:,} | "

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from signals import AgentWorkingMemory, Keys, connect
-from signals.progress import lagging_lanes
+from signals.progress import wait_caught_up
 from workers.embedded import RedisServer
 from workers.logging import configure_logging
 from workers.settings import Settings
@@ -64,8 +64,7 @@ async def main(url: str) -> None:
         messages: list[dict[str, Any]] = []
         ids: list[str | None] = []  # parallel to messages: the wm injection id, if any
         for turn in range(1, 10):
-            while await lagging_lanes(redis, keys):  # the demo waits for the worker to keep output stable
-                await anyio.sleep(0.01)
+            await wait_caught_up(redis, keys)  # the example waits for the worker to keep its output stable
             result = await wm.before_model_call({i for i in ids if i})
             keep = [k for k, i in enumerate(ids) if i not in result.drop]
             messages, ids = [messages[k] for k in keep], [ids[k] for k in keep]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import msgspec
 from redis.asyncio import Redis
 
-from signals._util import lua
+from signals._util import lua, xrange
 from signals.codec import FIELD, decode_dead_letter
 from signals.errors import InvalidInputError
 from signals.keys import Keys
@@ -37,7 +37,7 @@ class DeadLetters:
         """Dead letters of every partition, oldest first per partition."""
         out: list[DeadLetterEntry] = []
         for partition in range(self.keys.partitions):
-            for entry_id, fields in await self.redis.xrange(self.keys.dead_letters(partition), count=limit):
+            for entry_id, fields in await xrange(self.redis, self.keys.dead_letters(partition), count=limit):
                 try:
                     letter = decode_dead_letter(fields[FIELD])
                 except (KeyError, msgspec.DecodeError, msgspec.ValidationError):
@@ -48,8 +48,8 @@ class DeadLetters:
     async def get(self, dead_letter_id: str) -> DeadLetterEntry:
         """One dead letter by id (ids are unique across partitions in practice)."""
         for partition in range(self.keys.partitions):
-            entries = await self.redis.xrange(self.keys.dead_letters(partition), min=dead_letter_id,
-                                              max=dead_letter_id)
+            entries = await xrange(self.redis, self.keys.dead_letters(partition), start=dead_letter_id,
+                                   end=dead_letter_id)
             if entries:
                 return DeadLetterEntry(partition, entries[0][0], decode_dead_letter(entries[0][1][FIELD]))
         raise InvalidInputError(f"no dead letter {dead_letter_id!r}")

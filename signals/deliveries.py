@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from signals._time import now_iso
+from signals._util import xrange
 from signals.codec import FIELD, decode_delivery, encode_json
 from signals.keys import Keys, validate_id
 from signals.models import Delivery
@@ -63,7 +64,7 @@ class DeliveryLog:
         out: list[Delivery] = []
         cursor = "-"
         while True:
-            entries = await self.redis.xrange(stream, min=cursor, count=1000)
+            entries = await xrange(self.redis, stream, start=cursor, count=1000)
             for _, fields in entries:
                 record = decode_delivery(fields[FIELD])
                 if record.step >= from_step and (to_step is None or record.step <= to_step):

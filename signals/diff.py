@@ -19,6 +19,7 @@ makes the hunks-only form unambiguous to apply.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from itertools import compress
 from operator import ne
@@ -52,7 +53,7 @@ class Hunk(NamedTuple):
     lines: tuple[str, ...]
 
 
-class _Abandoned(Exception):  # noqa: N818 - internal control flow, never escapes
+class _Abandoned(Exception):
     """The edit script exceeded the caller's ``max_edits`` budget."""
 
 
@@ -87,7 +88,9 @@ def _extend(component: tuple[int, int, object] | None, kind: int) -> tuple[int, 
     return (1, kind, component)
 
 
-def _edit_script(old: list[Token], new: list[Token], max_edits: int | None) -> list[tuple[int, int]]:
+def _edit_script(  # noqa: C901 - a faithful port of one algorithm reads best as one function
+    old: list[Token], new: list[Token], max_edits: int | None
+) -> list[tuple[int, int]]:
     """Return jsdiff's component list as ``(kind, count)`` pairs, oldest first."""
     n_old, n_new = len(old), len(new)
     old_pos = new_pos = _snake(old, new, 0, 0) - 1
@@ -163,11 +166,11 @@ def _snake(old: list[Token], new: list[Token], i: int, j: int) -> int:
 
 def _components(last: tuple[int, int, object] | None) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
-    node: object = last
+    node = last
     while node is not None:
-        count, kind, prev = node  # type: ignore[misc]
+        count, kind, prev = node
         out.append((kind, count))
-        node = prev
+        node = cast(tuple[int, int, object] | None, prev)
     out.reverse()
     return out
 
@@ -240,10 +243,8 @@ def compact_patch(prior: str, nxt: str, *, max_edits: int | None = None) -> str 
     stop = head - 1 if head else None
     tail = _snake(old[:stop:-1], new[:stop:-1], 0, 0)
     mid_old, mid_new = old[head : len(old) - tail], new[head : len(new) - tail]
-    try:
+    with contextlib.suppress(_Abandoned):
         candidates.append(_hunks(_edit_script(mid_old, mid_new, max_edits), mid_old, mid_new, head))
-    except _Abandoned:
-        pass
     patches = [p for p in (_within(c, max_edits) for c in candidates) if p is not None]
     return min(patches, key=len) if patches else None
 

@@ -69,7 +69,8 @@ async def inspect(redis: Redis, keys: Keys, *, top: int = 10, scan: int = 10_000
         lag = 0
         cursor, seen = 0, 0
         while True:
-            cursor, lanes = await redis.sscan(lanes_key, cursor, count=1000)
+            cursor, found = await redis.sscan(lanes_key, cursor, count=1000)
+            lanes = [str(lane) for lane in found]
             async with redis.pipeline(transaction=False) as pipe:
                 for lane in lanes:
                     pipe.hget(keys.doc(lane), "version")

@@ -20,7 +20,7 @@ to the prior text reproduces the new text exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -43,8 +43,8 @@ __all__ = (
 
 Policy = Literal["mastra", "compact"]
 POLICIES: tuple[Policy, ...] = ("mastra", "compact")
-UNIFIED_DIFF = "unified-diff"
-JSON_MERGE_PATCH = "json-merge-patch"
+UNIFIED_DIFF: Final = "unified-diff"
+JSON_MERGE_PATCH: Final = "json-merge-patch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +98,14 @@ def decide(
     if has_snapshot and current_cache_key == key:
         return None
     if has_snapshot and prior and not force_snapshot:
-        delta = _delta(prior, contents, fmt, scope, key, policy)
+        delta = _delta(prior, contents, fmt=fmt, scope=scope, key=key, policy=policy)
         if delta is not None:
             return delta
     return Proposal("snapshot", key, contents, contents, Attributes(format=fmt, scope=scope))
 
 
 def _delta(
-    prior: str, contents: str, fmt: Format, scope: Scope, key: str, policy: Policy
+    prior: str, contents: str, *, fmt: Format, scope: Scope, key: str, policy: Policy
 ) -> Proposal | None:
     if fmt == "markdown":
         if policy == "mastra":

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import anyio
 from redis.asyncio import Redis
 
+from signals._util import smembers
 from signals.keys import Keys
 
-__all__ = ("lagging_lanes",)
+__all__ = ("lagging_lanes", "wait_caught_up")
 
 
 async def lagging_lanes(redis: Redis, keys: Keys) -> dict[str, tuple[int, int]]:
     """Lanes whose processed write version is behind the document: ``lane -> (doc, processed)``."""
     behind: dict[str, tuple[int, int]] = {}
     for partition in range(keys.partitions):
-        lanes = sorted(await redis.smembers(keys.lanes(partition)))
+        lanes = await smembers(redis, keys.lanes(partition))
         if not lanes:
             continue
         async with redis.pipeline(transaction=False) as pipe:
@@ -26,3 +28,14 @@ async def lagging_lanes(redis: Redis, keys: Keys) -> dict[str, tuple[int, int]]:
             if done < doc:
                 behind[lane] = (doc, done)
     return behind
+
+
+async def wait_caught_up(redis: Redis, keys: Keys, limit_s: float = 60.0, poll_s: float = 0.02) -> None:
+    """Wait until no lane lags (every write processed); ``TimeoutError`` after ``limit_s``.
+
+    Polling is the honest way to wait for other processes' progress here: workers do not
+    publish a "caught up" event, and the check is two small reads per lane.
+    """
+    with anyio.fail_after(limit_s):
+        while await lagging_lanes(redis, keys):  # noqa: ASYNC110 - progress of other processes
+            await anyio.sleep(poll_s)

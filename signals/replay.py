@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import msgspec
 from redis.asyncio import Redis
 
+from signals._util import xrange
 from signals.cachekey import cache_key
 from signals.codec import FIELD, decode_signal
 from signals.errors import InvalidInputError, VerifyError
@@ -41,7 +42,7 @@ async def iter_signals(
     stream = keys.signals(lane)
     cursor = start
     while True:
-        entries = await redis.xrange(stream, min=cursor, max=end, count=page)
+        entries = await xrange(redis, stream, start=cursor, end=end, count=page)
         for entry_id, fields in entries:
             try:
                 yield entry_id, decode_signal(fields[FIELD])

@@ -21,7 +21,7 @@ from signals.errors import ScenarioError
 from signals.models import Format, Scope
 from signals.processor import Policy, decide, mastra_version
 
-__all__ = ("SNAPSHOT_KEYS", "DELTA_KEYS", "run_scenario", "validate_scenario")
+__all__ = ("DELTA_KEYS", "SNAPSHOT_KEYS", "run_scenario", "validate_scenario")
 
 SNAPSHOT_KEYS = ("id", "mode", "cacheKey", "tagName", "contents", "value", "attributes")
 DELTA_KEYS = ("id", "mode", "cacheKey", "tagName", "contents", "delta", "value", "attributes")

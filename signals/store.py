@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import structlog
@@ -128,17 +128,18 @@ class WorkingMemoryStore:
 
     async def _read(self, lane: str) -> Document | None:
         try:
-            data, version, fmt = await self.redis.hmget(self.keys.doc(lane), ["data", "version", "format"])
+            reply = await self.redis.hmget(self.keys.doc(lane), ["data", "version", "format"])
+            data, version, fmt = cast(list[str | None], reply)
         except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
             raise RedisUnavailableError(f"reading {lane}: {e}") from e
         if version is None:
             return None
-        return Document(lane, data or "", int(version), fmt)
+        return Document(lane, data or "", int(version), cast(Format, fmt or "markdown"))
 
     async def thread_owner(self, thread_id: str) -> str | None:
         """The resource that owns a thread, or ``None`` when the thread does not exist."""
-        owner: str | None = await self.redis.hget(self.keys.thread(validate_id(thread_id, "thread id")), "resource")
-        return owner
+        owner = await self.redis.hget(self.keys.thread(validate_id(thread_id, "thread id")), "resource")
+        return cast(str | None, owner)
 
     async def create_thread(
         self,
@@ -218,6 +219,36 @@ class WorkingMemoryStore:
         if self.read_only:
             raise ReadOnlyError("this working-memory client is read-only")
 
+    async def _resolve_owner(self, ref: LaneRef) -> tuple[LaneRef, str]:
+        """Apply the thread-owner rule; returns the ref and the owner the script must check.
+
+        Thread scope: the write script checks (and records) the owner atomically. Resource
+        scope naming a thread: checked here, safe because an owner never changes once set.
+        A thread named without a resource resolves to its owner.
+        """
+        if ref.thread_id is None:
+            return ref, ""
+        if ref.resource_id is None:
+            existing = await self.thread_owner(ref.thread_id)
+            if existing is None:
+                raise InvalidInputError(f"thread {ref.thread_id!r} does not exist: name its resource")
+            return LaneRef(ref.lane, ref.scope, existing, ref.thread_id), ""
+        if ref.scope == "thread":
+            return ref, ref.resource_id
+        await self._ensure_owner(ref.thread_id, ref.resource_id)
+        return ref, ""
+
+    def _refusal(self, ref: LaneRef, status: str, detail: str, if_version: int | None) -> WmSignalsError | None:
+        """The error for a refused write script call (``None`` for a retryable conflict)."""
+        if status == "owner":
+            return ThreadOwnerError(f"thread {ref.thread_id!r} belongs to resource {detail!r}, not {ref.resource_id!r}")
+        if status == "format":
+            return InvalidInputError(f"{ref.lane} holds {detail} working memory, not {self.config.format}")
+        if if_version is not None:
+            return ConflictError(f"{ref.lane} is at version {detail}, expected {if_version}",
+                                 expected=if_version, actual=int(detail))
+        return None
+
     async def _commit(
         self,
         ref: LaneRef,
@@ -230,17 +261,7 @@ class WorkingMemoryStore:
         self._check_writable()
         if idempotency_key is not None:
             validate_id(idempotency_key, "idempotency key")
-        owner = ""
-        if ref.thread_id is not None:
-            if ref.resource_id is None:
-                existing_owner = await self.thread_owner(ref.thread_id)
-                if existing_owner is None:
-                    raise InvalidInputError(f"thread {ref.thread_id!r} does not exist: name its resource")
-                ref = LaneRef(ref.lane, ref.scope, existing_owner, ref.thread_id)
-            elif ref.scope == "thread":
-                owner = ref.resource_id  # checked atomically inside the write script
-            else:
-                await self._ensure_owner(ref.thread_id, ref.resource_id)
+        ref, owner = await self._resolve_owner(ref)
         keys = self.keys
         doc_key = keys.doc(ref.lane)
         partition = keys.partition(ref.lane)
@@ -248,7 +269,7 @@ class WorkingMemoryStore:
             doc_key,
             keys.writes(partition),
             keys.idempotency(ref.lane, idempotency_key) if idempotency_key else doc_key,
-            keys.thread(ref.thread_id) if owner else doc_key,
+            keys.thread(ref.thread_id) if owner and ref.thread_id else doc_key,
             keys.lanes(partition),
         ]
         for attempt in range(self.max_attempts):
@@ -271,7 +292,7 @@ class WorkingMemoryStore:
                 data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,
                 written_at=now, idempotency_key=idempotency_key,
             )
-            args = [version, version + 1, data, self.config.format, encode_json(event), owner,
+            args: list[str | int] = [version, version + 1, data, self.config.format, encode_json(event), owner,
                     self.idempotency_ttl_s, ref.lane, now, ref.scope]
             try:
                 status, detail = await self._write(keys=script_keys, args=args)
@@ -282,17 +303,9 @@ class WorkingMemoryStore:
                 return version + 1
             if status == "dup":
                 return int(detail)
-            if status == "owner":
-                raise ThreadOwnerError(
-                    f"thread {ref.thread_id!r} belongs to resource {detail!r}, not {ref.resource_id!r}"
-                )
-            if status == "format":
-                raise InvalidInputError(f"{ref.lane} holds {detail} working memory, not {self.config.format}")
-            if if_version is not None:
-                raise ConflictError(
-                    f"{ref.lane} is at version {detail}, expected {if_version}",
-                    expected=if_version, actual=int(detail),
-                )
+            refusal = self._refusal(ref, status, detail, if_version)
+            if refusal is not None:
+                raise refusal
             await anyio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
         raise WmSignalsError(f"{ref.lane}: gave up after {self.max_attempts} conflicting writes")
 

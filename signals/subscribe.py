@@ -21,6 +21,7 @@ import structlog
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
+from signals._util import lindex, xread
 from signals.cachekey import cache_key
 from signals.codec import FIELD, decode_signal
 from signals.errors import RedisUnavailableError, VerifyError
@@ -64,7 +65,7 @@ class Subscription:
         """Read the current chain (last snapshot onwards, or all retained) and rebuild it."""
         start = "-"
         if not from_start:
-            last_snapshot = await self.redis.lindex(self.keys.snapshots(self.lane), -1)
+            last_snapshot = await lindex(self.redis, self.keys.snapshots(self.lane), -1)
             start = last_snapshot or "-"
         items = list(materialise([item async for item in iter_signals(self.redis, self.keys, self.lane,
                                                                       start=start)]))
@@ -76,10 +77,10 @@ class Subscription:
 
     async def poll(self, block_ms: int | None = None) -> list[Materialised]:
         """Signals after the last one seen (waiting up to ``block_ms`` when given)."""
-        reply = await self.redis.xread({self.keys.signals(self.lane): self.last_id},
-                                       count=self.count, block=block_ms)
+        reply = await xread(self.redis, {self.keys.signals(self.lane): self.last_id}, count=self.count,
+                            block=block_ms)
         out: list[Materialised] = []
-        for _, entries in reply or []:
+        for _, entries in reply:
             for entry_id, fields in entries:
                 try:
                     signal = decode_signal(fields[FIELD])

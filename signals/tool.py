@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from signals.errors import ConflictError, InvalidInputError, ReadOnlyError
-from signals.memory import WorkingMemoryConfig, json_schema_of
+from signals.memory import WorkingMemoryConfig, json_schema_of, parse_merge_input
 from signals.store import WorkingMemoryStore
 
 __all__ = ("TOOL_NAME", "handle_tool_call", "tool_definition")
@@ -55,17 +55,19 @@ async def handle_tool_call(
 ) -> dict[str, Any]:
     """Perform the write; returns the tool result for the model (``success`` and a message)."""
     try:
-        if isinstance(arguments, str):
-            from signals.memory import parse_merge_input  # noqa: PLC0415 - tiny, avoids a cycle
-
-            arguments = parse_merge_input(arguments)
-        if store.config.format == "json":
-            version = await store.merge(resource_id, arguments, thread_id=thread_id)
-        else:
-            memory = arguments.get("memory")
-            if not isinstance(memory, str):
-                raise InvalidInputError("the memory field must be a string holding the whole Markdown document")
-            version = await store.replace(resource_id, memory, thread_id=thread_id)
+        version = await _write(store, arguments, resource_id, thread_id)
     except (InvalidInputError, ConflictError, ReadOnlyError) as e:
         return {"success": False, "error": str(e)}
     return {"success": True, "version": version}
+
+
+async def _write(store: WorkingMemoryStore, arguments: dict[str, Any] | str, resource_id: str,
+                 thread_id: str | None) -> int:
+    if isinstance(arguments, str):
+        arguments = parse_merge_input(arguments)
+    if store.config.format == "json":
+        return await store.merge(resource_id, arguments, thread_id=thread_id)
+    memory = arguments.get("memory")
+    if not isinstance(memory, str):
+        raise InvalidInputError("the memory field must be a string holding the whole Markdown document")
+    return await store.replace(resource_id, memory, thread_id=thread_id)

@@ -148,7 +148,7 @@ class WindowTracker:
         held = list(self._injected.values())
         version, on_chain = self._chain(held)
         latest = self._latest
-        if latest == 0 or version == latest:
+        if latest in (0, version):
             return StepResult(step, rebuildable=version)
         needed = range((version or 0) + 1, latest + 1)
         add: list[Injection] = []

@@ -81,7 +81,7 @@ def _load_schema(path: str | None) -> dict[str, Any]:
         return {}
     try:
         schema = decode_json(Path(path).read_bytes())
-    except Exception as e:  # noqa: BLE001 - any unreadable schema file is bad input
+    except Exception as e:
         raise InvalidInputError(f"--schema {path}: not a readable JSON Schema: {e}") from e
     if not isinstance(schema, dict):
         raise InvalidInputError(f"--schema {path}: a JSON Schema must be an object")
@@ -113,12 +113,18 @@ def _cmd_write(args: argparse.Namespace) -> int:
     if len(sources) != 1:
         raise InvalidInputError("give exactly one of --markdown, --markdown-file, --merge")
     scope = lane_scope(args)
+    is_merge = args.merge is not None
+    config = WorkingMemoryConfig(scope=scope,  # type: ignore[arg-type]
+                                 schema=_load_schema(args.schema) if is_merge else None)
+    text = args.markdown
+    if args.markdown_file is not None:
+        try:
+            text = Path(args.markdown_file).read_text("utf-8")
+        except OSError as e:
+            raise InvalidInputError(f"--markdown-file: {e}") from e
 
     async def main() -> int:
         async with resolve_redis(settings) as url:
-            is_merge = args.merge is not None
-            config = WorkingMemoryConfig(scope=scope,  # type: ignore[arg-type]
-                                         schema=_load_schema(args.schema) if is_merge else None)
             store = WorkingMemoryStore(connect(url), keys=settings.keys(), config=config)
             try:
                 if is_merge:
@@ -126,12 +132,6 @@ def _cmd_write(args: argparse.Namespace) -> int:
                                                 if_version=args.if_version,
                                                 idempotency_key=args.idempotency_key)
                 else:
-                    text = args.markdown
-                    if args.markdown_file is not None:
-                        try:
-                            text = Path(args.markdown_file).read_text("utf-8")
-                        except OSError as e:
-                            raise InvalidInputError(f"--markdown-file: {e}") from e
                     version = await store.replace(args.resource, text, thread_id=args.thread,
                                                   if_version=args.if_version,
                                                   idempotency_key=args.idempotency_key)

@@ -19,14 +19,14 @@ import os
 import socket
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import structlog
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
-from signals._util import lua, now_iso
+from signals._util import lindex, lua, now_iso
 from signals.codec import FIELD, decode_signal, decode_write, encode_json
 from signals.errors import GroupMissingError
 from signals.keys import GROUP, Keys
@@ -135,7 +135,7 @@ class PriorCache:
         return out
 
     async def _rebuild(self, lane: str, version: int) -> str:
-        start = await self.redis.lindex(self.keys.snapshots(lane), -1) or "-"
+        start = await lindex(self.redis, self.keys.snapshots(lane), -1) or "-"
         chain = [item async for item in iter_signals(self.redis, self.keys, lane, start=start)]
         for item in materialise(chain, verify=False):
             if item.signal.version == version:
@@ -148,6 +148,24 @@ class _Entry:
     partition: int
     entry_id: str
     event: WriteEvent
+
+
+@dataclass(slots=True)
+class _LaneCommit:
+    """What one lane contributes to its partition's commit script."""
+
+    lane: str
+    expected: int
+    entries: list[_Entry]
+    signals: list[str] = field(default_factory=list)
+    snapshots: list[int] = field(default_factory=list)
+    acks: list[str] = field(default_factory=list)
+    stats: BatchStats = field(default_factory=BatchStats)
+    final: LaneTracking = field(default_factory=LaneTracking)
+
+    def payload(self) -> list[Any]:
+        """The lane's item in the commit script's JSON argument."""
+        return [self.expected, *self.final.to_args(), self.signals, self.snapshots, self.acks]
 
 
 class Consumer:
@@ -190,7 +208,8 @@ class Consumer:
             if "NOGROUP" in str(e):
                 raise GroupMissingError(f"consumer group {GROUP} vanished: {e}") from e
             raise
-        return [(stream, entry_id, fields) for stream, entries in reply or [] for entry_id, fields in entries]
+        typed = cast(list[tuple[str, list[tuple[str, dict[str, str] | None]]]], reply or [])
+        return [(stream, entry_id, fields) for stream, entries in typed for entry_id, fields in entries]
 
     async def drain_pending(self) -> BatchStats:
         """Process this consumer's own pending entries once (after a restart or reconnect)."""
@@ -232,12 +251,7 @@ class Consumer:
                 await self.redis.xack(stream, GROUP, entry_id)
                 continue
             try:
-                event = decode_write(fields[FIELD])
-                owner = event.resource_id if event.scope == "resource" else event.thread_id
-                if not owner or event.lane != _LANE_PREFIX[event.scope] + owner:
-                    raise ValueError(f"lane {event.lane!r} does not match its scope and ids")
-                if self.keys.partition(event.lane) != partition:
-                    raise ValueError(f"lane {event.lane!r} does not belong to partition {partition}")
+                event = self._decode(fields, partition)
             except (KeyError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as e:
                 await self._dead_letter(partition, entry_id, fields, f"poison: {e!r}", 1)
                 stats.dead_letters += 1
@@ -252,89 +266,107 @@ class Consumer:
         self.stats.add(stats)
         return stats
 
+    def _decode(self, fields: dict[str, str], partition: int) -> WriteEvent:
+        """Decode and check one write event; raises on poison."""
+        event = decode_write(fields[FIELD])
+        owner = event.resource_id if event.scope == "resource" else event.thread_id
+        if not owner or event.lane != _LANE_PREFIX[event.scope] + owner:
+            raise ValueError(f"lane {event.lane!r} does not match its scope and ids")
+        if self.keys.partition(event.lane) != partition:
+            raise ValueError(f"lane {event.lane!r} does not belong to partition {partition}")
+        return event
+
     async def _compute_and_commit(self, entries: list[_Entry], stats: BatchStats) -> list[_Entry]:
+        """One pass: read the lanes' tracking, compute their signals, commit; returns the
+        entries of lanes another worker advanced meanwhile (to recompute)."""
         by_lane: dict[str, list[_Entry]] = defaultdict(list)
         for entry in entries:
             by_lane[entry.event.lane].append(entry)
-        lanes = list(by_lane)
+        tracking, exists = await self._read_tracking(by_lane)
+        now = now_iso()
+        per_partition: dict[int, list[_LaneCommit]] = defaultdict(list)
+        for lane, lane_entries in by_lane.items():
+            lane_entries.sort(key=lambda e: e.event.version)
+            if not exists[lane]:
+                for entry in lane_entries:
+                    await self._dead_letter(entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)},
+                                            f"poison: unknown lane {lane!r} (no document)", 1)
+                    stats.dead_letters += 1
+                continue
+            commit = await self._compute_lane(lane, tracking[lane], lane_entries, now)
+            per_partition[lane_entries[0].partition].append(commit)
+        return await self._commit_all(per_partition, stats)
+
+    async def _read_tracking(
+        self, by_lane: dict[str, list[_Entry]]
+    ) -> tuple[dict[str, LaneTracking], dict[str, bool]]:
+        """Tracking (with the cached or rebuilt delta base) and document existence per lane."""
         partitions: dict[int, list[str]] = defaultdict(list)
-        for lane in lanes:
-            partitions[by_lane[lane][0].partition].append(lane)
+        for lane, lane_entries in by_lane.items():
+            partitions[lane_entries[0].partition].append(lane)
         async with self.redis.pipeline(transaction=False) as pipe:
             for group in partitions.values():
                 await self._read(keys=[k for lane in group for k in (self.keys.track(lane), self.keys.doc(lane))],
                                  client=pipe)
             replies = await pipe.execute()
-        state: dict[str, list[Any]] = {}
+        fields: dict[str, list[Any]] = {}
         for group, flat in zip(partitions.values(), replies, strict=True):
             for n, lane in enumerate(group):
-                state[lane] = flat[6 * n : 6 * n + 6]
-        values = await self._priors.values_for(
-            {lane: int(fields[0] or 0) for lane, fields in state.items() if fields[5]})
+                fields[lane] = flat[6 * n : 6 * n + 6]
+        exists = {lane: bool(f[5]) for lane, f in fields.items()}
+        values = await self._priors.values_for({lane: int(f[0] or 0) for lane, f in fields.items() if f[5]})
+        tracking = {lane: LaneTracking.from_fields(f[:5], values.get(lane, "")) for lane, f in fields.items()}
+        return tracking, exists
 
-        per_partition: dict[int, list[tuple[str, list[Any], list[_Entry], BatchStats]]] = defaultdict(list)
-        finals: dict[str, LaneTracking] = {}
-        now = now_iso()
-        for lane in lanes:
-            tracking = LaneTracking.from_fields(state[lane][:5], values.get(lane, ""))
-            lane_entries = sorted(by_lane[lane], key=lambda e: e.event.version)
-            partition = lane_entries[0].partition
-            if not state[lane][5]:
-                for entry in lane_entries:
-                    await self._dead_letter(partition, entry.entry_id, {FIELD: encode_json(entry.event)},
-                                            f"poison: unknown lane {lane!r} (no document)", 1)
-                    stats.dead_letters += 1
+    async def _compute_lane(
+        self, lane: str, tracking: LaneTracking, lane_entries: list[_Entry], now: str
+    ) -> _LaneCommit:
+        commit = _LaneCommit(lane, tracking.write_version, lane_entries)
+        for entry in lane_entries:
+            try:
+                tracking, signal = advance(tracking, entry.event, self.options.lane, now=now)
+            except Exception as e:  # noqa: BLE001 - classified: counted, retried, then dead-lettered
+                await self._failed(entry, e, commit.stats)
                 continue
-            expected = tracking.write_version
-            lane_stats = BatchStats()
-            signals: list[str] = []
-            snapshots: list[int] = []
-            acks: list[str] = []
-            for entry in lane_entries:
-                try:
-                    tracking, signal = advance(tracking, entry.event, self.options.lane, now=now)
-                except Exception as e:  # noqa: BLE001 - classified: counted, retried, then dead-lettered
-                    await self._failed(entry, e, lane_stats)
-                    continue
-                acks.append(entry.entry_id)
-                if signal is None:
-                    lane_stats.skipped += 1
-                    continue
-                snapshot = signal.mode == "snapshot"
-                signals.append(encode_json(signal))
-                snapshots.append(int(snapshot))
-                lane_stats.signals += 1
-                lane_stats.snapshots += snapshot
-                lane_stats.deltas += not snapshot
-            item = [expected, *tracking.to_args(), signals, snapshots, acks]
-            per_partition[partition].append((lane, item, lane_entries, lane_stats))
-            finals[lane] = tracking
+            commit.acks.append(entry.entry_id)
+            if signal is None:
+                commit.stats.skipped += 1
+                continue
+            snapshot = signal.mode == "snapshot"
+            commit.signals.append(encode_json(signal))
+            commit.snapshots.append(int(snapshot))
+            commit.stats.signals += 1
+            commit.stats.snapshots += snapshot
+            commit.stats.deltas += not snapshot
+        commit.final = tracking
+        return commit
 
+    async def _commit_all(self, per_partition: dict[int, list[_LaneCommit]], stats: BatchStats) -> list[_Entry]:
+        """One commit script per partition, pipelined; returns the entries of conflicted lanes."""
         retry: list[_Entry] = []
         if not per_partition:
             return retry
         order = list(per_partition.items())
         async with self.redis.pipeline(transaction=False) as pipe:
-            for partition, items in order:
+            for partition, commits in order:
                 script_keys = [self.keys.writes(partition)]
-                for lane, _, _, _ in items:
-                    script_keys += [self.keys.track(lane), self.keys.signals(lane), self.keys.snapshots(lane)]
-                payload = encode_json([item for _, item, _, _ in items])
+                for c in commits:
+                    script_keys += [self.keys.track(c.lane), self.keys.signals(c.lane), self.keys.snapshots(c.lane)]
+                payload = encode_json([c.payload() for c in commits])
                 await self._commit(keys=script_keys, args=[GROUP, self.options.keep_snapshots, payload],
                                    client=pipe)
             results = await pipe.execute()
-        for (_, items), conflicts in zip(order, results, strict=True):
+        for (_, commits), conflicts in zip(order, results, strict=True):
             conflicted = {int(i) - 1 for i in conflicts}
-            for position, (lane, _, lane_entries, lane_stats) in enumerate(items):
+            for position, c in enumerate(commits):
                 if position in conflicted:
                     stats.conflicts += 1
-                    retry.extend(lane_entries)
-                    self._priors.forget(lane)
+                    retry.extend(c.entries)
+                    self._priors.forget(c.lane)
                 else:
-                    stats.add(lane_stats)
-                    final = finals[lane]
-                    if final.version:
-                        self._priors.remember(lane, final.version, final.value)
+                    stats.add(c.stats)
+                    if c.final.version:
+                        self._priors.remember(c.lane, c.final.version, c.final.value)
         return retry
 
     async def _failed(self, entry: _Entry, error: Exception, stats: BatchStats) -> None:

@@ -14,7 +14,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import anyio
 import msgspec
 from rich.console import Console
 from rich.progress import Progress
@@ -31,7 +30,7 @@ from signals.keys import Keys, lane_id
 from signals.models import Delivery, Signal
 from signals.replay import Materialised, iter_signals, materialise
 from signals.tokens import approx_tokens
-from workers.commands import add_common_args, add_lane_args, run_async, lane_scope, resolve_redis, settings_from
+from workers.commands import add_common_args, add_lane_args, lane_scope, resolve_redis, run_async, settings_from
 from workers.render import signal_record
 
 __all__ = ("register",)
@@ -203,20 +202,27 @@ async def _load(redis: Any, keys: Keys, args: argparse.Namespace) -> tuple[list[
 def _cmd_export(args: argparse.Namespace) -> int:
     settings = settings_from(args)
 
+    loaded: list[Any] = []
+
     async def main() -> int:
         async with resolve_redis(settings) as url:
             redis = connect(url)
             try:
-                signals, deliveries = await _load(redis, settings.keys(), args)
+                loaded.extend(await _load(redis, settings.keys(), args))
             finally:
                 await redis.aclose()
-        lines = [encode_json(_ExportLine(kind="signal", entry_id=eid, signal=s)) for eid, s in signals]
-        lines += [encode_json(_ExportLine(kind="delivery", delivery=d)) for d in deliveries]
-        Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        print(f"exported {len(signals)} signals and {len(deliveries)} deliveries to {args.output}")
         return 0
 
-    return run_async(main)
+    run_async(main)
+    signals, deliveries = loaded
+    lines = [encode_json(_ExportLine(kind="signal", entry_id=eid, signal=s)) for eid, s in signals]
+    lines += [encode_json(_ExportLine(kind="delivery", delivery=d)) for d in deliveries]
+    try:
+        Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    except OSError as e:
+        raise InvalidInputError(f"--output {args.output}: {e}") from e
+    print(f"exported {len(signals)} signals and {len(deliveries)} deliveries to {args.output}")
+    return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -296,7 +302,8 @@ def register(sub: Any) -> None:
     add_lane_args(replay, resource_required=False)
     replay.add_argument("--file", help="replay an export file (no Redis)")
     replay.add_argument("--at", type=int, metavar="VERSION", help="print the working memory as of VERSION")
-    replay.add_argument("--verify", action="store_true", help="check every delta and cacheKey; exit 1 on the first break")
+    replay.add_argument("--verify", action="store_true",
+                        help="check every delta and cacheKey; exit 1 on the first break")
     replay.add_argument("--deliveries", action="store_true", help="what the model saw at each step (needs --thread)")
     replay.add_argument("--from", dest="from_", metavar="VERSION|TIME", help="first version or ISO time to show")
     replay.add_argument("--to", metavar="VERSION|TIME", help="last version or ISO time to show")

@@ -20,9 +20,10 @@ from signals._util import connect
 from signals.agent import AgentWorkingMemory
 from signals.keys import Keys
 from signals.memory import WorkingMemoryConfig
-from signals.progress import lagging_lanes
+from signals.progress import wait_caught_up
 from signals.store import WorkingMemoryStore
 from signals.tokens import approx_tokens
+from workers.consumer import BatchStats
 from workers.settings import Settings
 from workers.supervisor import run_worker
 
@@ -77,6 +78,42 @@ class _Counts:
     windows: list[int] = field(default_factory=list)
 
 
+async def _model_step(name: str, agent: AgentWorkingMemory, window: list[tuple[str | None, str]],
+                      counts: _Counts, out: Console) -> list[tuple[str | None, str]]:
+    """One agent's working-memory messages for this turn: apply, print, count."""
+    result = await agent.before_model_call({mid for mid, _ in window if mid})
+    window = [(mid, text) for mid, text in window if mid not in result.drop]
+    for inj in result.add:
+        window.append((inj.id, inj.markup))
+        counts.added += 1
+        counts.signal_tokens += approx_tokens(inj.markup)
+        counts.reinjections += inj.reason == "reinject"
+        counts.bootstraps += inj.reason == "bootstrap"
+        out.print(f"  [green]+ {name} v{inj.version} {inj.mode} ({inj.reason})[/]")
+        out.print("    " + inj.markup.replace("\n", "\n    "), markup=False, soft_wrap=True)
+    system = await agent.system_message()
+    counts.system_tokens += approx_tokens(system["content"])
+    return window
+
+
+def _summary(counts: _Counts, stats: BatchStats) -> Table:
+    table = Table(title="summary")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for label, value in [
+        ("writes", counts.writes), ("signals emitted", stats.signals),
+        ("  snapshots / deltas", f"{stats.snapshots} / {stats.deltas}"),
+        ("dedup skips (unchanged writes)", stats.skipped),
+        ("messages put in the agent's window", counts.added),
+        ("  bootstraps / re-injections", f"{counts.bootstraps} / {counts.reinjections}"),
+        ("wm tokens sent as signals", counts.signal_tokens),
+        ("wm tokens in the system prompt every turn", counts.system_tokens),
+        ("saving", f"{1 - counts.signal_tokens / counts.system_tokens:.0%}"),
+    ]:
+        table.add_row(label, str(value))
+    return table
+
+
 async def run_demo(url: str, settings: Settings, console: Console | None = None) -> None:
     """Run the scripted demo against the Redis at ``url``."""
     out = console or Console(highlight=False)
@@ -115,45 +152,16 @@ async def run_demo(url: str, settings: Settings, console: Console | None = None)
                     await profiles.replace(who, str(payload))
                 else:
                     await plans.merge(who, payload, thread_id=threads[who])  # type: ignore[arg-type]
-            with anyio.fail_after(10):
-                while await lagging_lanes(redis, keys):
-                    await anyio.sleep(0.01)
+            await wait_caught_up(redis, keys, limit_s=10)
             out.rule(f"turn {turn}")
             for name, agent in agents.items():
-                held = {mid for mid, _ in window if mid}
-                result = await agent.before_model_call(held)
-                window = [(mid, text) for mid, text in window if mid not in result.drop]
-                for inj in result.add:
-                    window.append((inj.id, inj.markup))
-                    counts.added += 1
-                    counts.signal_tokens += approx_tokens(inj.markup)
-                    counts.reinjections += inj.reason == "reinject"
-                    counts.bootstraps += inj.reason == "bootstrap"
-                    out.print(f"  [green]+ {name} v{inj.version} {inj.mode} ({inj.reason})[/]")
-                    out.print("    " + inj.markup.replace("\n", "\n    "), markup=False, soft_wrap=True)
-                system = await agent.system_message()
-                counts.system_tokens += approx_tokens(system["content"])
+                window = await _model_step(name, agent, window, counts, out)
             window.append((None, f"user: message {turn}"))
             window.append((None, f"assistant: reply {turn}"))
             window = window[-WINDOW:]
             counts.windows.append(len(window))
         stop.set()
-    stats = consumer.stats
-    table = Table(title="summary")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for label, value in [
-        ("writes", counts.writes), ("signals emitted", stats.signals),
-        ("  snapshots / deltas", f"{stats.snapshots} / {stats.deltas}"),
-        ("dedup skips (unchanged writes)", stats.skipped),
-        ("messages put in the agent's window", counts.added),
-        ("  bootstraps / re-injections", f"{counts.bootstraps} / {counts.reinjections}"),
-        ("wm tokens sent as signals", counts.signal_tokens),
-        ("wm tokens in the system prompt every turn", counts.system_tokens),
-        ("saving", f"{1 - counts.signal_tokens / counts.system_tokens:.0%}"),
-    ]:
-        table.add_row(label, str(value))
-    out.print(table)
+    out.print(_summary(counts, consumer.stats))
     if settings.redis_url:
         out.print(f"Inspect it: wm-signals replay --namespace {keys.namespace} --resource alice --verify",
                   soft_wrap=True)

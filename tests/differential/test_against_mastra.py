@@ -9,6 +9,7 @@ fails (no registry).
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -58,8 +59,6 @@ def _ask(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _path() -> str:
-    import os
-
     return os.environ.get("PATH", "")
 
 

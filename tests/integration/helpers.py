@@ -15,11 +15,13 @@ from redis.asyncio import Redis
 from signals._util import connect
 from signals.cachekey import js_trim
 from signals.keys import Keys
-from signals.progress import lagging_lanes
+from signals.progress import wait_caught_up
 from signals.replay import materialise, read_signals
 from workers.consumer import Consumer
 from workers.settings import Settings
 from workers.supervisor import run_worker
+
+__all__ = ("check_lane", "lanes_of", "running_workers", "settings_for", "spawn_worker", "wait_caught_up")
 
 
 def settings_for(url: str, keys: Keys, **overrides: Any) -> Settings:
@@ -59,13 +61,6 @@ async def running_workers(url: str, keys: Keys, count: int = 1, *, crash: bool =
 
 async def _worker(client: Redis, settings: Settings, name: str, stop: anyio.Event, *, task_status: Any) -> None:
     await run_worker(client, settings, name=name, stop=stop, handle_signals=False, task_status=task_status)
-
-
-async def wait_caught_up(redis: Redis, keys: Keys, timeout: float = 60.0) -> None:
-    """Wait until every lane's processed write version equals its document version."""
-    with anyio.fail_after(timeout):
-        while await lagging_lanes(redis, keys):
-            await anyio.sleep(0.05)
 
 
 async def lanes_of(redis: Redis, keys: Keys) -> list[str]:

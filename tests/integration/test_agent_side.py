@@ -9,6 +9,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from signals._util import connect
 from signals.agent import AgentWorkingMemory
 from signals.deliveries import DeliveryLog
 from signals.keys import Keys
@@ -29,8 +30,6 @@ def _doc(n: int) -> str:
 async def test_subscription_survives_killed_connections(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
     """Every client connection is killed mid-tail: the subscriber resumes with no gap or repeat."""
     store = WorkingMemoryStore(redis, keys=keys)
-    from signals._util import connect
-
     sub_client = connect(redis_server.url)
     sub = Subscription(sub_client, keys, "r:u", block_ms=100)
     seen: list[int] = []
@@ -41,18 +40,17 @@ async def test_subscription_survives_killed_connections(redis_server: RedisServe
             if item.signal.version == 40:
                 return
 
-    async with running_workers(redis_server.url, keys, 1):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(tail)
-            for n in range(20):
-                await store.replace("u", _doc(n))
-            await wait_caught_up(redis, keys)
-            await redis.client_kill_filter(_type="normal", skipme=True)
-            for n in range(20, 40):
-                await store.replace("u", _doc(n))
-            with anyio.fail_after(30):
-                while len(seen) < 40:
-                    await anyio.sleep(0.05)
+    async with running_workers(redis_server.url, keys, 1), anyio.create_task_group() as tg:
+        tg.start_soon(tail)
+        for n in range(20):
+            await store.replace("u", _doc(n))
+        await wait_caught_up(redis, keys)
+        await redis.client_kill_filter(_type="normal", skipme=True)
+        for n in range(20, 40):
+            await store.replace("u", _doc(n))
+        with anyio.fail_after(30):
+            while len(seen) < 40:
+                await anyio.sleep(0.05)
     assert seen == list(range(1, 41))
     assert sub.value == _doc(39)
     await sub_client.aclose()

@@ -55,7 +55,7 @@ async def test_sigkilled_worker_restarts_without_gap_or_duplicate(
         proc.wait()
     proc = spawn_worker(redis_server.url, keys, "solo", batch=20)
     try:
-        await wait_caught_up(redis, keys, timeout=60)
+        await wait_caught_up(redis, keys, limit_s=60)
     finally:
         proc.terminate()
         assert proc.wait(20) == 0
@@ -77,7 +77,7 @@ async def test_second_worker_takes_over_a_dead_ones_pending(
         proc.wait()
     other = spawn_worker(redis_server.url, keys, "second", batch=10)
     try:
-        await wait_caught_up(redis, keys, timeout=60)
+        await wait_caught_up(redis, keys, limit_s=60)
         with anyio.fail_after(30):  # the dead consumer's pending entries are reclaimed and acked
             while await _pending(redis, keys):
                 await anyio.sleep(0.1)
@@ -99,7 +99,7 @@ async def test_worker_survives_redis_restart(tmp_path: Path, keys: Keys) -> None
             await anyio.sleep(0.5)
             await anyio.to_thread.run_sync(server.start)
             await _write_rounds(store, 20, 10, "after")
-            await wait_caught_up(client, keys, timeout=60)
+            await wait_caught_up(client, keys, limit_s=60)
         for lane in await lanes_of(client, keys):
             signals = await check_lane(client, keys, lane)
             assert "after" in signals[-1].value

@@ -108,10 +108,10 @@ async def _scenario(url: str, plan: dict[str, Any]) -> None:
             if crash:  # kill the worker while it may hold read, uncommitted entries
                 await anyio.sleep(rng.random() * 0.01)
             else:
-                await wait_caught_up(redis, keys, timeout=30)
+                await wait_caught_up(redis, keys, limit_s=30)
         if crash:  # a restarted worker (same consumer name) finishes the work
             async with running_workers(url, keys, 1, **worker_opts):
-                await wait_caught_up(redis, keys, timeout=30)
+                await wait_caught_up(redis, keys, limit_s=30)
         held = [mid for mid, _ in window if mid]
         result = await agent.before_model_call(held)
         window = [(mid, text) for mid, text in window if mid not in result.drop]

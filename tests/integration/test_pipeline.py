@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -11,6 +12,13 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from signals.errors import (
+    ConflictError,
+    DocumentTooLargeError,
+    ReadOnlyError,
+    SchemaValidationError,
+    ThreadOwnerError,
+)
 from signals.keys import Keys
 from signals.memory import WorkingMemoryConfig
 from signals.store import WorkingMemoryStore
@@ -55,8 +63,6 @@ async def test_concurrent_merges_from_processes_lose_no_field(
     store = WorkingMemoryStore(redis, keys=keys, config=JSON)
     doc = await store.get("shared")
     assert doc is not None and doc.version == 2400
-    import json
-
     data = json.loads(doc.data)
     assert data == {f"w{i}_{j}": j for i in range(8) for j in range(300)}
 
@@ -70,8 +76,6 @@ async def test_concurrent_replaces_end_at_last_committed_version(
     assert doc is not None and doc.version == 400
     stream = keys.writes(keys.partition("r:shared"))
     last = (await redis.xrevrange(stream, count=1))[0][1]["e"]
-    import json
-
     assert json.loads(last)["version"] == 400 and json.loads(last)["data"] == doc.data
 
 
@@ -102,7 +106,7 @@ async def test_workers_emit_one_signal_per_version(
             names = list(docs)
             for k in range(10):
                 tg.start_soon(writer, names[k::10])
-        await wait_caught_up(redis, keys, timeout=120)
+        await wait_caught_up(redis, keys, limit_s=120)
     lanes = await lanes_of(redis, keys)
     assert len(lanes) == 500
     for lane in lanes:
@@ -115,8 +119,6 @@ async def test_workers_emit_one_signal_per_version(
 
 async def test_thread_owner_is_enforced(redis: Redis, keys: Keys) -> None:
     """A thread belongs to one resource forever; writes naming another are refused."""
-    from signals.errors import ThreadOwnerError
-
     store = WorkingMemoryStore(redis, keys=keys, config=WorkingMemoryConfig(scope="thread"))
     await store.create_thread("t1", "alice", initial="# Notes\n- hello")
     with pytest.raises(ThreadOwnerError):
@@ -142,8 +144,6 @@ async def test_idempotency_key_applies_once(redis: Redis, keys: Keys) -> None:
 
 async def test_refused_writes_store_nothing(redis: Redis, keys: Keys) -> None:
     """Schema violations, oversized documents, conflicts and read-only clients leave no trace."""
-    from signals.errors import ConflictError, DocumentTooLargeError, ReadOnlyError, SchemaValidationError
-
     cfg = WorkingMemoryConfig(schema={"type": "object", "properties": {"age": {"type": "integer"}}},
                               max_bytes=100)
     store = WorkingMemoryStore(redis, keys=keys, config=cfg)

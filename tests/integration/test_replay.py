@@ -15,7 +15,7 @@ from signals.codec import FIELD, encode_json
 from signals.deadletters import DeadLetters
 from signals.errors import VerifyError
 from signals.keys import Keys
-from signals.models import WriteEvent
+from signals.models import Attributes, Signal, WriteEvent
 from signals.replay import materialise, read_signals
 from signals.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
@@ -106,8 +106,6 @@ def test_export_round_trip_and_verify_finds_corruption(redis_server: RedisServer
 
 def test_materialise_rejects_a_delta_without_snapshot() -> None:
     """A chain that starts with a delta cannot be rebuilt."""
-    from signals.models import Attributes, Signal
-
     delta = Signal(id="working-memory", mode="delta", cache_key="sha256:x", tag_name="working-memory",
                    contents="@@ -1,1 +1,1 @@\n-a\n+b", attributes=Attributes(format="markdown", scope="resource",
                                                                             patch="unified-diff"),

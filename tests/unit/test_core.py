@@ -140,7 +140,10 @@ def test_merge_patch_round_trips(source: dict, target: dict) -> None:
     assert deep_merge(source, merge_patch(source, target)) == target
 
 
-@given(st.dictionaries(st.text(max_size=3), JSON_VALUE, max_size=4), st.dictionaries(st.text(max_size=3), JSON_VALUE, max_size=4))
+OBJECT = st.dictionaries(st.text(max_size=3), JSON_VALUE, max_size=4)
+
+
+@given(OBJECT, OBJECT)
 def test_merge_never_keeps_null_members(existing: dict, update: dict) -> None:
     """After a merge no object member is null: null means delete."""
     def has_null_member(value: Any) -> bool:
