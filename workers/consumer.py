@@ -57,7 +57,7 @@ class ConsumerOptions:
     claim_idle_ms: int = 15_000
     max_attempts: int = 3
     dead_letter_maxlen: int = 100_000
-    prior_cache: int = 20_000
+    tracking_cache: int = 20_000
 
 
 @dataclass(slots=True)
@@ -78,24 +78,34 @@ class BatchStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-class PriorCache:
-    """The text after each lane's last signal (the next delta's base), cached in the worker.
+class TrackingCache:
+    """Each lane's tracking and the text after its last signal (the next delta's base),
+    cached in the worker.
 
-    Bounded LRU keyed by lane and checked against the lane's signal version, so a stale
-    entry (another worker signalled the lane since) is never used. A miss reads the
-    lane's last signal ``value``, or rebuilds the text from the last snapshot when values
-    are left out of deltas. Workers stay stateless: the cache only saves round trips.
+    A bounded LRU. A cached tracking is used without reading Redis; the commit script's
+    compare-and-set on the processed write version rejects it if another worker moved
+    the lane meanwhile, and the lane is then recomputed from a fresh read. A miss reads
+    the tracking, and the text from the lane's last signal ``value`` (or rebuilds it from
+    the last snapshot when values are left out of deltas). Workers stay stateless: the
+    cache only saves round trips.
     """
 
     def __init__(self, redis: Redis, keys: Keys, capacity: int) -> None:
         self.redis = redis
         self.keys = keys
         self.capacity = capacity
-        self._lru: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._lru: OrderedDict[str, LaneTracking] = OrderedDict()
 
-    def remember(self, lane: str, version: int, value: str) -> None:
-        """Cache the text of ``lane`` at signal ``version``."""
-        self._lru[lane] = (version, value)
+    def get(self, lane: str) -> LaneTracking | None:
+        """The cached tracking of a lane, if any."""
+        tracking = self._lru.get(lane)
+        if tracking is not None:
+            self._lru.move_to_end(lane)
+        return tracking
+
+    def remember(self, lane: str, tracking: LaneTracking) -> None:
+        """Cache a lane's tracking (with its text) after a successful commit."""
+        self._lru[lane] = tracking
         self._lru.move_to_end(lane)
         while len(self._lru) > self.capacity:
             self._lru.popitem(last=False)
@@ -112,9 +122,8 @@ class PriorCache:
             if version == 0:
                 continue
             cached = self._lru.get(lane)
-            if cached is not None and cached[0] == version:
-                out[lane] = cached[1]
-                self._lru.move_to_end(lane)
+            if cached is not None and cached.version == version:
+                out[lane] = cached.value
             else:
                 missing.append((lane, version))
         if missing:
@@ -128,10 +137,7 @@ class PriorCache:
                     signal = decode_signal(entries[0][1][FIELD])
                     if signal.version == version and signal.value is not None:
                         value = signal.value
-                if value is None:
-                    value = await self._rebuild(lane, version)
-                out[lane] = value
-                self.remember(lane, version, value)
+                out[lane] = value if value is not None else await self._rebuild(lane, version)
         return out
 
     async def _rebuild(self, lane: str, version: int) -> str:
@@ -179,7 +185,7 @@ class Consumer:
         self.stats = BatchStats()
         self._commit = redis.register_script(lua("commit"))
         self._read = redis.register_script(lua("read_tracking"))
-        self._priors = PriorCache(redis, keys, options.prior_cache)
+        self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = redis.register_script(lua("dead_letter"))
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
 
@@ -300,10 +306,19 @@ class Consumer:
     async def _read_tracking(
         self, by_lane: dict[str, list[_Entry]]
     ) -> tuple[dict[str, LaneTracking], dict[str, bool]]:
-        """Tracking (with the cached or rebuilt delta base) and document existence per lane."""
+        """Tracking (with the delta base) and document existence per lane: from the cache,
+        else one read script per partition."""
+        tracking: dict[str, LaneTracking] = {}
         partitions: dict[int, list[str]] = defaultdict(list)
         for lane, lane_entries in by_lane.items():
-            partitions[lane_entries[0].partition].append(lane)
+            cached = self._cache.get(lane)
+            if cached is not None:
+                tracking[lane] = cached
+            else:
+                partitions[lane_entries[0].partition].append(lane)
+        exists = dict.fromkeys(tracking, True)
+        if not partitions:
+            return tracking, exists
         async with self.redis.pipeline(transaction=False) as pipe:
             for group in partitions.values():
                 await self._read(keys=[k for lane in group for k in (self.keys.track(lane), self.keys.doc(lane))],
@@ -313,9 +328,10 @@ class Consumer:
         for group, flat in zip(partitions.values(), replies, strict=True):
             for n, lane in enumerate(group):
                 fields[lane] = flat[6 * n : 6 * n + 6]
-        exists = {lane: bool(f[5]) for lane, f in fields.items()}
-        values = await self._priors.values_for({lane: int(f[0] or 0) for lane, f in fields.items() if f[5]})
-        tracking = {lane: LaneTracking.from_fields(f[:5], values.get(lane, "")) for lane, f in fields.items()}
+                exists[lane] = bool(fields[lane][5])
+        values = await self._cache.values_for({lane: int(f[0] or 0) for lane, f in fields.items() if f[5]})
+        for lane, f in fields.items():
+            tracking[lane] = LaneTracking.from_fields(f[:5], values.get(lane, ""))
         return tracking, exists
 
     async def _compute_lane(
@@ -362,11 +378,10 @@ class Consumer:
                 if position in conflicted:
                     stats.conflicts += 1
                     retry.extend(c.entries)
-                    self._priors.forget(c.lane)
+                    self._cache.forget(c.lane)
                 else:
                     stats.add(c.stats)
-                    if c.final.version:
-                        self._priors.remember(c.lane, c.final.version, c.final.value)
+                    self._cache.remember(c.lane, c.final)
         return retry
 
     async def _failed(self, entry: _Entry, error: Exception, stats: BatchStats) -> None:
