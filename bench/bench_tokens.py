@@ -39,7 +39,7 @@ from signals.processor import Policy
 from signals.render import render_markup
 from signals.system_message import working_memory_system_message
 from signals.tokens import approx_tokens
-from signals.window import WindowTracker
+from signals.window import WindowTracker, trim_window
 
 TURNS = 200
 SCHEMA = {"type": "object"}
@@ -119,11 +119,7 @@ def conversations(seed: int = 11) -> list[Conversation]:
 
 def _trim(window: list[tuple[str | None, str]], trim: tuple[str, int]) -> list[tuple[str | None, str]]:
     kind, limit = trim
-    if kind == "count":
-        return window[-limit:]
-    while len(window) > 1 and sum(approx_tokens(t) for _, t in window) > limit:
-        window = window[1:]
-    return window
+    return trim_window(window, max_messages=limit) if kind == "count" else trim_window(window, max_tokens=limit)
 
 
 def _user_turn(turn: int) -> tuple[str, str]:

@@ -39,7 +39,7 @@ from signals.subscribe import Subscription
 from signals.system_message import working_memory_system_message
 from signals.tokens import approx_tokens
 from signals.tool import handle_tool_call, tool_definition
-from signals.window import Injection, StepResult, WindowTracker
+from signals.window import Injection, StepResult, WindowTracker, trim_window
 
 __all__ = (
     "DEFAULT_TEMPLATE",
@@ -92,6 +92,7 @@ __all__ = (
     "render_markup",
     "run_scenario",
     "tool_definition",
+    "trim_window",
     "unified_patch",
     "working_memory_system_message",
 )

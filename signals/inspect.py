@@ -8,6 +8,7 @@ from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
 from signals.keys import GROUP, Keys
+from signals.progress import lane_versions
 
 __all__ = ("ConsumerInfo", "PartitionInfo", "Report", "inspect")
 
@@ -71,13 +72,7 @@ async def inspect(redis: Redis, keys: Keys, *, top: int = 10, scan: int = 10_000
         while True:
             cursor, found = await redis.sscan(lanes_key, cursor, count=1000)
             lanes = [str(lane) for lane in found]
-            async with redis.pipeline(transaction=False) as pipe:
-                for lane in lanes:
-                    pipe.hget(keys.doc(lane), "version")
-                    pipe.hget(keys.track(lane), "wv")
-                replies = await pipe.execute()
-            for i, lane in enumerate(lanes):
-                doc, done = int(replies[2 * i] or 0), int(replies[2 * i + 1] or 0)
+            for lane, (doc, done) in zip(lanes, await lane_versions(redis, keys, lanes), strict=True):
                 lag += done < doc
                 busiest.append((lane, doc))
             busiest = sorted(busiest, key=lambda x: -x[1])[:top]

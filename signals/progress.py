@@ -8,7 +8,19 @@ from redis.asyncio import Redis
 from signals._util import smembers
 from signals.keys import Keys
 
-__all__ = ("lagging_lanes", "wait_caught_up")
+__all__ = ("lagging_lanes", "lane_versions", "wait_caught_up")
+
+
+async def lane_versions(redis: Redis, keys: Keys, lanes: list[str]) -> list[tuple[int, int]]:
+    """Per lane: (document version, write version the workers have processed)."""
+    if not lanes:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        for lane in lanes:
+            pipe.hget(keys.doc(lane), "version")
+            pipe.hget(keys.track(lane), "wv")
+        replies = await pipe.execute()
+    return [(int(replies[2 * i] or 0), int(replies[2 * i + 1] or 0)) for i in range(len(lanes))]
 
 
 async def lagging_lanes(redis: Redis, keys: Keys) -> dict[str, tuple[int, int]]:
@@ -16,15 +28,7 @@ async def lagging_lanes(redis: Redis, keys: Keys) -> dict[str, tuple[int, int]]:
     behind: dict[str, tuple[int, int]] = {}
     for partition in range(keys.partitions):
         lanes = await smembers(redis, keys.lanes(partition))
-        if not lanes:
-            continue
-        async with redis.pipeline(transaction=False) as pipe:
-            for lane in lanes:
-                pipe.hget(keys.doc(lane), "version")
-                pipe.hget(keys.track(lane), "wv")
-            replies = await pipe.execute()
-        for i, lane in enumerate(lanes):
-            doc, done = int(replies[2 * i] or 0), int(replies[2 * i + 1] or 0)
+        for lane, (doc, done) in zip(lanes, await lane_versions(redis, keys, lanes), strict=True):
             if done < doc:
                 behind[lane] = (doc, done)
     return behind

@@ -32,8 +32,9 @@ from signals.errors import InvalidInputError
 from signals.models import Attributes, Signal
 from signals.processor import apply_delta
 from signals.render import chat_message, render_markup
+from signals.tokens import approx_tokens
 
-__all__ = ("Injection", "StepResult", "WindowTracker")
+__all__ = ("Injection", "StepResult", "WindowTracker", "trim_window")
 
 Reason = Literal["bootstrap", "new", "reinject"]
 
@@ -185,3 +186,21 @@ class WindowTracker:
                         cache_key(attrs.format, value), value, attrs, value)
         self._injected[inj.id] = inj
         return inj
+
+
+def trim_window(
+    window: list[tuple[str | None, str]], *, max_messages: int | None = None, max_tokens: int | None = None
+) -> list[tuple[str | None, str]]:
+    """Trim a window of ``(message id, text)`` oldest first: to ``max_messages``, then until
+    the texts fit ``max_tokens`` (the newest message always stays). The two trimming
+    policies agent loops commonly use; the tracker copes with any other."""
+    if max_messages is not None:
+        window = window[-max_messages:]
+    if max_tokens is not None:
+        sizes = [approx_tokens(text) for _, text in window]
+        total, start = sum(sizes), 0
+        while start < len(window) - 1 and total > max_tokens:
+            total -= sizes[start]
+            start += 1
+        window = window[start:]
+    return window

@@ -24,7 +24,7 @@ from signals.cachekey import js_trim
 from signals.keys import Keys
 from signals.memory import WorkingMemoryConfig
 from signals.store import WorkingMemoryStore
-from signals.tokens import approx_tokens
+from signals.window import trim_window
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.embedded import RedisServer
 
@@ -68,11 +68,7 @@ def _json_update(rng: random.Random) -> dict[str, Any]:
 
 def _trim(window: list[tuple[str | None, str]], trim: tuple[str, int]) -> list[tuple[str | None, str]]:
     kind, limit = trim
-    if kind == "count":
-        return window[-limit:]
-    while len(window) > 1 and sum(approx_tokens(t) for _, t in window) > limit:
-        window = window[1:]
-    return window
+    return trim_window(window, max_messages=limit) if kind == "count" else trim_window(window, max_tokens=limit)
 
 
 async def _scenario(url: str, plan: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from signals.lane import LaneOptions, LaneTracking, advance
 from signals.models import WriteEvent
 from signals.render import render_markup
-from signals.window import StepResult, WindowTracker
+from signals.window import StepResult, WindowTracker, trim_window
 
 BASE = [f"- fact {i}: a line long enough that a delta is smaller than the snapshot" for i in range(8)]
 
@@ -105,3 +105,11 @@ def test_injection_message_is_a_user_turn_with_markup() -> None:
     inj = loop.step().add[0]
     assert inj.message == {"role": "user", "content": render_markup(_doc(), {"format": "markdown",
                                                                             "scope": "resource"})}
+
+
+def test_trim_window_by_count_and_tokens() -> None:
+    """Trimming keeps the newest messages: by count, then by token budget (newest always kept)."""
+    window: list[tuple[str | None, str]] = [(None, "x" * 40), ("a", "y" * 40), (None, "z" * 8)]
+    assert trim_window(window, max_messages=2) == window[1:]
+    assert trim_window(window, max_tokens=12) == window[1:]
+    assert trim_window(window, max_tokens=1) == window[2:]
