@@ -18,6 +18,7 @@ the owner never changes once set.
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -76,6 +77,10 @@ class WorkingMemoryStore:
         read_only: refuse every write (:class:`~signals.errors.ReadOnlyError`).
         idempotency_ttl_s: how long an idempotency key is remembered.
         max_attempts: compare-and-set attempts before giving up under contention.
+        cache_size: documents remembered from this client's own reads and writes; a write
+            is computed against the remembered version and the script's compare-and-set
+            rejects it if the lane moved, so a single writer needs one round trip per
+            write and a stale entry costs one re-read.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class WorkingMemoryStore:
         read_only: bool = False,
         idempotency_ttl_s: int = 86_400,
         max_attempts: int = 100,
+        cache_size: int = 10_000,
     ) -> None:
         self.redis = redis
         self.keys = keys or Keys()
@@ -94,7 +100,9 @@ class WorkingMemoryStore:
         self.read_only = read_only
         self.idempotency_ttl_s = idempotency_ttl_s
         self.max_attempts = max_attempts
+        self.cache_size = cache_size
         self._write = redis.register_script(lua("write"))
+        self._known: OrderedDict[str, Document] = OrderedDict()
         self._thread = redis.register_script(lua("thread"))
 
     @classmethod
@@ -126,6 +134,13 @@ class WorkingMemoryStore:
         ref = self.ref(resource_id, thread_id, scope)
         return await self._read(ref.lane)
 
+    def _remember(self, doc: Document) -> None:
+        """Keep the document this client last wrote or read (bounded LRU)."""
+        self._known[doc.lane] = doc
+        self._known.move_to_end(doc.lane)
+        while len(self._known) > self.cache_size:
+            self._known.popitem(last=False)
+
     async def _read(self, lane: str) -> Document | None:
         try:
             reply = await self.redis.hmget(self.keys.doc(lane), ["data", "version", "format"])
@@ -134,7 +149,9 @@ class WorkingMemoryStore:
             raise RedisUnavailableError(f"reading {lane}: {e}") from e
         if version is None:
             return None
-        return Document(lane, data or "", int(version), cast(Format, fmt or "markdown"))
+        doc = Document(lane, data or "", int(version), cast(Format, fmt or "markdown"))
+        self._remember(doc)
+        return doc
 
     async def thread_owner(self, thread_id: str) -> str | None:
         """The resource that owns a thread, or ``None`` when the thread does not exist."""
@@ -238,6 +255,39 @@ class WorkingMemoryStore:
         await self._ensure_owner(ref.thread_id, ref.resource_id)
         return ref, ""
 
+    def _check_current(self, ref: LaneRef, current: Document | None, if_version: int | None) -> int:
+        """The version to write over, after the expected-version and format checks."""
+        version = current.version if current else 0
+        if if_version is not None and version != if_version:
+            raise ConflictError(f"{ref.lane} is at version {version}, expected {if_version}",
+                                expected=if_version, actual=version)
+        if current is not None and current.format != self.config.format:
+            raise InvalidInputError(f"{ref.lane} holds {current.format} working memory, not {self.config.format}")
+        return version
+
+    def _script_keys(self, ref: LaneRef, owner: str, idempotency_key: str | None) -> list[str]:
+        """The write script's KEYS: all in the lane's slot (unused slots repeat the doc key)."""
+        keys = self.keys
+        doc_key = keys.doc(ref.lane)
+        partition = keys.partition(ref.lane)
+        return [
+            doc_key,
+            keys.writes(partition),
+            keys.idempotency(ref.lane, idempotency_key) if idempotency_key else doc_key,
+            keys.thread(ref.thread_id) if owner and ref.thread_id else doc_key,
+            keys.lanes(partition),
+        ]
+
+    def _script_args(self, ref: LaneRef, version: int, data: str, *, op: Literal["replace", "merge", "create"],
+                     owner: str, idempotency_key: str | None) -> list[str | int]:
+        """The write script's ARGV, with the write event it appends."""
+        now = now_iso()
+        event = WriteEvent(lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
+                           data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,
+                           written_at=now, idempotency_key=idempotency_key)
+        return [version, version + 1, data, self.config.format, encode_json(event), owner,
+                self.idempotency_ttl_s, ref.lane, now, ref.scope]
+
     def _refusal(self, ref: LaneRef, status: str, detail: str, if_version: int | None) -> WmSignalsError | None:
         """The error for a refused write script call (``None`` for a retryable conflict)."""
         if status == "owner":
@@ -262,51 +312,32 @@ class WorkingMemoryStore:
         if idempotency_key is not None:
             validate_id(idempotency_key, "idempotency key")
         ref, owner = await self._resolve_owner(ref)
-        keys = self.keys
-        doc_key = keys.doc(ref.lane)
-        partition = keys.partition(ref.lane)
-        script_keys = [
-            doc_key,
-            keys.writes(partition),
-            keys.idempotency(ref.lane, idempotency_key) if idempotency_key else doc_key,
-            keys.thread(ref.thread_id) if owner and ref.thread_id else doc_key,
-            keys.lanes(partition),
-        ]
-        for attempt in range(self.max_attempts):
+        script_keys = self._script_keys(ref, owner, idempotency_key)
+        current = self._known.get(ref.lane)
+        if current is None or (if_version is not None and current.version != if_version):
             current = await self._read(ref.lane)
-            version = current.version if current else 0
-            if if_version is not None and version != if_version:
-                raise ConflictError(
-                    f"{ref.lane} is at version {version}, expected {if_version}",
-                    expected=if_version, actual=version,
-                )
-            if current is not None and current.format != self.config.format:
-                raise InvalidInputError(
-                    f"{ref.lane} holds {current.format} working memory, not {self.config.format}"
-                )
+        for attempt in range(self.max_attempts):
+            version = self._check_current(ref, current, if_version)
             data = compute(current.data if current else None)
             check_size(data, self.config.max_bytes)
-            now = now_iso()
-            event = WriteEvent(
-                lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
-                data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,
-                written_at=now, idempotency_key=idempotency_key,
-            )
-            args: list[str | int] = [version, version + 1, data, self.config.format, encode_json(event), owner,
-                    self.idempotency_ttl_s, ref.lane, now, ref.scope]
+            args = self._script_args(ref, version, data, op=op, owner=owner, idempotency_key=idempotency_key)
             try:
                 status, detail = await self._write(keys=script_keys, args=args)
             except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
                 raise RedisUnavailableError(f"writing {ref.lane}: {e}") from e
             if status == "ok":
                 log.debug("wm.written", lane=ref.lane, version=version + 1, op=op)
+                self._remember(Document(ref.lane, data, version + 1, self.config.format))
                 return version + 1
             if status == "dup":
                 return int(detail)
+            self._known.pop(ref.lane, None)
             refusal = self._refusal(ref, status, detail, if_version)
             if refusal is not None:
                 raise refusal
-            await anyio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+            if attempt:  # the first retry re-reads at once; later ones back off (contention)
+                await anyio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+            current = await self._read(ref.lane)
         raise WmSignalsError(f"{ref.lane}: gave up after {self.max_attempts} conflicting writes")
 
 
