@@ -27,7 +27,9 @@ LANES = 200
 BODY = "\n".join(f"- fact {i}: something the agent remembers about the user" for i in range(8))
 
 
-async def _writer(url: str, namespace: str, rate: float, seconds: float, tasks: int) -> None:
+async def _writer(url: str, namespace: str, rate: float, seconds: float, tasks: int, offset: int,
+                  stride: int) -> None:
+    """Paced writes; process ``offset`` of ``stride`` writes to lanes offset, offset+stride, ..."""
     from signals.store import WorkingMemoryStore  # noqa: PLC0415
 
     store = WorkingMemoryStore.from_url(url, keys=Keys(namespace, 16))
@@ -43,7 +45,7 @@ async def _writer(url: str, namespace: str, rate: float, seconds: float, tasks: 
             delay = due - time.monotonic()
             if delay > 0:
                 await anyio.sleep(delay)
-            lane = (k + n * tasks) % LANES
+            lane = (offset + stride * (k + n * tasks)) % LANES
             await store.replace(f"user{lane}", f"# Profile\n{BODY}\n- sent: {time.time_ns()}")
             n += 1
 
@@ -101,10 +103,13 @@ def run(rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 5.0) -> list[
                                        "--namespace", keys.namespace, "--partitions", "16", "--batch", "200"],
                                       env=env, stderr=subprocess.DEVNULL)
             time.sleep(1.0)
-            writer = subprocess.Popen([sys.executable, "-m", "bench.bench_latency", "--writer", server.url,
-                                       keys.namespace, str(rate), str(seconds)])
+            procs = 1  # more writer processes only add CPU contention on a 2-core machine (measured)
+            writers = [subprocess.Popen([sys.executable, "-m", "bench.bench_latency", "--writer", server.url,
+                                         keys.namespace, str(rate / procs), str(seconds), str(k), str(procs)])
+                       for k in range(procs)]
             latencies, span = anyio.run(_subscribe, server.url, keys, int(rate * seconds), seconds + 30)
-            writer.wait(120)
+            for writer in writers:
+                writer.wait(120)
             worker.terminate()
             worker.wait(30)
         rows.append({"rate": rate, "received": len(latencies), "achieved": len(latencies) / span if span else 0,
@@ -119,7 +124,8 @@ def main() -> None:
 
         configure_logging("json", "warning")
         url, namespace, rate, seconds = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
-        anyio.run(_writer, url, namespace, rate, seconds, max(1, int(rate // 250)))
+        offset, stride = int(sys.argv[6]), int(sys.argv[7])
+        anyio.run(_writer, url, namespace, rate, seconds, max(1, int(rate // 250)), offset, stride)
         return
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
