@@ -16,6 +16,7 @@ from signals.codec import FIELD, decode_dead_letter, encode_json
 from signals.keys import GROUP, Keys
 from signals.models import WriteEvent
 from signals.store import WorkingMemoryStore
+from signals.subscribe import Subscription
 from tests.integration.helpers import check_lane, lanes_of, running_workers, spawn_worker, wait_caught_up
 from workers.embedded import RedisServer
 
@@ -156,6 +157,9 @@ async def test_acl_users_work_and_are_refused_outside_their_keys(tmp_path: Path)
             await wait_caught_up(watcher, keys)
             signals = await check_lane(watcher, keys, "r:alice")
             assert [s.mode for s in signals] == ["snapshot", "delta"]
+            # an agent loop with the writer's credentials can subscribe
+            chain = await Subscription(writer, keys, "r:alice").bootstrap()
+            assert [m.signal.version for m in chain] == [1, 2]
             await watcher.aclose()
         with pytest.raises(redis_exc.NoPermissionError):
             await writer.set("other:key", "x")
