@@ -88,10 +88,11 @@ async def run_worker(
     log.info("worker.started", consumer=name, partitions=settings.partitions, policy=settings.policy)
     async with anyio.create_task_group() as tg:
         if handle_signals:
-            tg.start_soon(_watch_signals, stop)
+            await tg.start(_watch_signals, stop)
         tg.start_soon(_deadline, stop, tg.cancel_scope, settings.grace_s)
         tg.start_soon(_maintenance, consumer, stop, settings.maintenance_interval_s, backoff)
         task_status.started(consumer)
+        log.info("worker.ready", consumer=name)
         await _read_loop(consumer, stop, backoff)
         tg.cancel_scope.cancel()
     s = consumer.stats
@@ -130,8 +131,9 @@ async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float, b
             log.warning("worker.maintenance_skipped", error=repr(e))
 
 
-async def _watch_signals(stop: anyio.Event) -> None:
+async def _watch_signals(stop: anyio.Event, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
         async for signum in signals:
             log.info("worker.stopping", signal=signal.Signals(signum).name)
             stop.set()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,7 +23,9 @@ from workers.consumer import Consumer
 from workers.settings import Settings
 from workers.supervisor import run_worker
 
-__all__ = ("check_lane", "lanes_of", "running_workers", "settings_for", "spawn_worker", "wait_caught_up")
+__all__ = (
+    "check_lane", "lanes_of", "running_workers", "settings_for", "spawn_worker", "wait_caught_up", "wait_ready",
+)
 
 
 def settings_for(url: str, keys: Keys, **overrides: Any) -> Settings:
@@ -96,5 +100,18 @@ def spawn_worker(url: str, keys: Keys, name: str, **flags: Any) -> subprocess.Po
     for flag, value in flags.items():
         args += ["--" + flag.replace("_", "-"), str(value)]
     env = {**os.environ, "WM_SIGNALS_MAINTENANCE_INTERVAL_S": "0.2", "WM_SIGNALS_CLAIM_IDLE_MS": "500",
-           "WM_SIGNALS_KEEP_SNAPSHOTS": "1000", "WM_SIGNALS_LOG_LEVEL": "warning"}
-    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+           "WM_SIGNALS_KEEP_SNAPSHOTS": "1000", "WM_SIGNALS_LOG_LEVEL": "info", "WM_SIGNALS_LOG_FORMAT": "json"}
+    log = tempfile.NamedTemporaryFile(prefix=f"wm-worker-{name}-", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    log.close()
+    proc.log_path = log.name  # type: ignore[attr-defined]
+    return proc
+
+
+async def wait_ready(proc: subprocess.Popen[bytes], limit_s: float = 30.0) -> None:
+    """Wait until a spawned worker logged ``worker.ready`` (signal handlers installed)."""
+    path = Path(proc.log_path)  # type: ignore[attr-defined]
+    with anyio.fail_after(limit_s):
+        while "worker.ready" not in (text := await anyio.to_thread.run_sync(path.read_text)):
+            assert proc.poll() is None, f"worker exited with {proc.returncode}: {text[-500:]}"
+            await anyio.sleep(0.05)

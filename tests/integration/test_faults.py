@@ -17,7 +17,14 @@ from signals.keys import GROUP, Keys
 from signals.models import WriteEvent
 from signals.store import WorkingMemoryStore
 from signals.subscribe import Subscription
-from tests.integration.helpers import check_lane, lanes_of, running_workers, spawn_worker, wait_caught_up
+from tests.integration.helpers import (
+    check_lane,
+    lanes_of,
+    running_workers,
+    spawn_worker,
+    wait_caught_up,
+    wait_ready,
+)
 from workers.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -43,19 +50,27 @@ async def _signalled_write_versions(redis: Redis, keys: Keys) -> dict[str, list[
     return out
 
 
+async def _kill_mid_stream(server: RedisServer, redis: Redis, keys: Keys, name: str, *, lanes: int, rounds: int,
+                           after_s: float) -> None:
+    """Write rounds while a worker process runs; SIGKILL it ``after_s`` into the stream."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    proc = spawn_worker(server.url, keys, name, batch=20)
+    await wait_ready(proc)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_write_rounds, store, lanes, rounds, name)
+        await anyio.sleep(after_s)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
 async def test_sigkilled_worker_restarts_without_gap_or_duplicate(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
     """SIGKILL mid-stream, restart under the same name: every changed write has one signal."""
-    store = WorkingMemoryStore(redis, keys=keys)
-    proc = spawn_worker(redis_server.url, keys, "solo", batch=20)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_write_rounds, store, 50, 40, "a")
-        await anyio.sleep(1.0)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    await _kill_mid_stream(redis_server, redis, keys, "solo", lanes=50, rounds=40, after_s=1.0)
     proc = spawn_worker(redis_server.url, keys, "solo", batch=20)
     try:
+        await wait_ready(proc)
         await wait_caught_up(redis, keys, limit_s=60)
     finally:
         proc.terminate()
@@ -69,15 +84,10 @@ async def test_second_worker_takes_over_a_dead_ones_pending(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
     """A worker killed with entries pending: another consumer reclaims them, no duplicates."""
-    store = WorkingMemoryStore(redis, keys=keys)
-    proc = spawn_worker(redis_server.url, keys, "first", batch=10)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_write_rounds, store, 30, 30, "b")
-        await anyio.sleep(0.8)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    await _kill_mid_stream(redis_server, redis, keys, "first", lanes=30, rounds=30, after_s=0.8)
     other = spawn_worker(redis_server.url, keys, "second", batch=10)
     try:
+        await wait_ready(other)
         await wait_caught_up(redis, keys, limit_s=60)
         with anyio.fail_after(30):  # the dead consumer's pending entries are reclaimed and acked
             while await _pending(redis, keys):
