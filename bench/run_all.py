@@ -54,7 +54,7 @@ def main() -> None:
     out("# Benchmarks")
     out()
     out(f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on: {_machine()}.")
-    out("Regenerate with `make bench` (about 5-8 minutes). Every figure is measured in the same run as its baseline.")
+    out("Regenerate with `make bench` (about 4-5 minutes). Every figure is measured in the same run as its baseline.")
     out()
     out("## Delta computation (Mastra-compatible jsdiff port) by document size")
     out()
