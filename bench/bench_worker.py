@@ -23,8 +23,9 @@ from signals._util import connect
 from signals.codec import FIELD, encode_json
 from signals.keys import Keys
 from signals.models import WriteEvent
-from workers.consumer import Consumer, ConsumerOptions
 from workers.embedded import RedisServer
+from workers.settings import Settings
+from workers.supervisor import run_worker
 
 
 def _documents(lanes: int, rng: random.Random) -> list[list[str]]:
@@ -57,15 +58,19 @@ async def _load(url: str, keys: Keys, writes: int, lanes: int) -> None:
 
 
 async def _worker(url: str, keys: Keys, writes: int) -> tuple[float, Any]:
+    """The real worker (run_worker: overlapped commits, maintenance) until every write is done."""
     redis = connect(url)
-    consumer = Consumer(redis, keys, ConsumerOptions(batch=1000), "bench")
-    await consumer.ensure_groups()
+    settings = Settings(redis_url=url, namespace=keys.namespace, partitions=keys.partitions, batch=1000)
+    stop = anyio.Event()
     start = time.perf_counter()
-    while consumer.stats.events < writes:
-        raw = await consumer.read_batch()
-        if raw:
-            await consumer.process(raw)
-    elapsed = time.perf_counter() - start
+    elapsed = 0.0
+    async with anyio.create_task_group() as tg:
+        consumer = await tg.start(lambda task_status: run_worker(
+            redis, settings, name="bench", stop=stop, handle_signals=False, task_status=task_status))
+        while consumer.stats.events < writes:
+            await anyio.sleep(0.005)
+        elapsed = time.perf_counter() - start
+        stop.set()
     await redis.aclose()
     return writes / elapsed, consumer.stats
 
