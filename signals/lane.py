@@ -89,7 +89,7 @@ def advance(
         current_cache_key=tracking.cache_key or None,
         prior=tracking.value if has else None,
         policy=options.policy,
-        force_snapshot=tracking.since_snapshot + 1 >= options.snapshot_every,
+        force_snapshot=tracking.since_snapshot >= options.snapshot_every,
     )
     if proposal is None:
         return replace(tracking, write_version=event.version), None

@@ -177,3 +177,44 @@ async def test_fresh_worker_rebuilds_prior_when_deltas_omit_value(
     signals = await check_lane(redis, keys, "r:u")
     deltas = [s for s in signals if s.mode == "delta"]
     assert len(deltas) >= 8 and all(s.value is None for s in deltas)
+
+
+async def test_retention_trims_at_snapshots_and_write_streams_are_trimmed(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """Signal streams keep the last N snapshot chains (starting at a snapshot); processed write
+    events are trimmed from the partition streams."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    lines = [f"- fact {i}: a line long enough for deltas to win" for i in range(12)]
+    async with running_workers(redis_server.url, keys, 1, snapshot_every=3, keep_snapshots=2):
+        for n in range(20):
+            lines[n % 12] = f"- fact changed {n}"
+            await store.replace("u", "# Notes\n" + "\n".join(lines))
+        await wait_caught_up(redis, keys)
+        with anyio.fail_after(10):  # maintenance runs every 0.2 s in these tests
+            while sum([await redis.xlen(keys.writes(p)) for p in range(keys.partitions)]):
+                await anyio.sleep(0.05)
+    signals = await check_lane(redis, keys, "r:u")
+    assert signals[0].mode == "snapshot"
+    assert sum(s.mode == "snapshot" for s in signals) == 2
+    assert signals[-1].version == 20 and len(signals) < 20
+
+
+def test_cli_exit_codes(redis_server: RedisServer, keys: Keys) -> None:
+    """write/get: 0 ok, 2 bad input, 3 conflict, with a one-line message on stderr."""
+    base = [sys.executable, "-m", "workers"]
+    flags = ["--redis-url", redis_server.url, "--namespace", keys.namespace, "--partitions", str(keys.partitions)]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *args, *flags], capture_output=True, text=True, timeout=60, check=False)
+
+    ok = run("write", "--resource", "cli", "--markdown", "# Me\n- likes tea")
+    assert (ok.returncode, ok.stdout.strip()) == (0, "1")
+    conflict = run("write", "--resource", "cli", "--markdown", "# Me", "--if-version", "0")
+    assert conflict.returncode == 3 and conflict.stderr.count("\n") == 1 and "expected 0" in conflict.stderr
+    bad = run("write", "--resource", "cli", "--merge", "[1]")
+    assert bad.returncode == 2 and "markdown" in bad.stderr.lower()
+    neither = run("write", "--resource", "cli")
+    assert neither.returncode == 2 and "exactly one of" in neither.stderr
+    got = run("get", "--resource", "cli")
+    assert (got.returncode, got.stdout) == (0, "# Me\n- likes tea\n")

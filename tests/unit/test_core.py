@@ -17,8 +17,10 @@ from signals.errors import (
     ScenarioError,
     SchemaValidationError,
 )
+from signals.lane import LaneOptions, LaneTracking, advance
 from signals.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig, apply_merge, apply_replace
 from signals.merge import deep_merge, merge_patch
+from signals.models import WriteEvent
 from signals.processor import Proposal, apply_delta, decide
 from signals.simulate import run_scenario
 
@@ -244,3 +246,19 @@ def test_compact_never_sends_more_than_mastra() -> None:
     mastra = sum(len(r["contents"] or "") for r in run_scenario(sc, policy="mastra"))
     compact = sum(len(r["contents"] or "") for r in run_scenario(sc, policy="compact"))
     assert compact <= mastra
+
+
+def test_every_kth_signal_is_a_snapshot() -> None:
+    """With snapshot_every=K a lane's signals come in chains of K: snapshot, then K-1 deltas."""
+    tracking = LaneTracking()
+    modes = []
+    lines = [f"- fact {i}: long enough that a delta is always smaller than a snapshot" for i in range(10)]
+    for version in range(1, 13):
+        lines[version % 10] = f"- fact changed at {version}"
+        event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=version,
+                           data="\n".join(lines), op="replace", resource_id="u")
+        tracking, signal = advance(tracking, event, LaneOptions(policy="compact", snapshot_every=4))
+        assert signal is not None
+        modes.append(signal.mode)
+    assert [i + 1 for i, m in enumerate(modes) if m == "snapshot"] == [1, 5, 9]
+    assert tracking.version == 12
