@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pydantic
 
 from signals._util import connect
 from signals.codec import decode_json
@@ -35,7 +36,11 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     """Settings from the environment, overridden by the flags that were given."""
     overrides = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
     overrides.update(extra)
-    return Settings(**overrides)
+    try:
+        return Settings(**overrides)
+    except pydantic.ValidationError as e:
+        detail = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise InvalidInputError(f"invalid setting (flag or WM_SIGNALS_* variable): {detail}") from e
 
 
 @asynccontextmanager

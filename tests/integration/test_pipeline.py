@@ -218,3 +218,6 @@ def test_cli_exit_codes(redis_server: RedisServer, keys: Keys) -> None:
     assert neither.returncode == 2 and "exactly one of" in neither.stderr
     got = run("get", "--resource", "cli")
     assert (got.returncode, got.stdout) == (0, "# Me\n- likes tea\n")
+    invalid = subprocess.run([*base, "get", "--resource", "cli", "--partitions", "0", "--redis-url", redis_server.url],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert invalid.returncode == 2 and "partitions" in invalid.stderr and "Traceback" not in invalid.stderr
