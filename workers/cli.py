@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
+from redis import exceptions as redis_exc
 
 from signals.codec import decode_json, encode_json
 from signals.errors import ConflictError, InvalidInputError, WmSignalsError
@@ -76,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except (OSError, WmSignalsError) as e:
         print(f"wm-signals: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except redis_exc.RedisError as e:
+        print(f"wm-signals: Redis: {e}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
