@@ -75,11 +75,6 @@ async def _subscribe(url: str, keys: Keys, expected: int, limit_s: float) -> tup
                 value = signal.value or ""
                 sent = int(value.rsplit("- sent: ", 1)[1])
                 latencies.append((now - sent) / 1e6)
-                if os.environ.get("LAT_DEBUG") and len(latencies) % 100 == 0:
-                    from datetime import datetime  # noqa: PLC0415
-                    emitted = datetime.fromisoformat(signal.emitted_at.replace("Z", "+00:00")).timestamp() * 1e9
-                    print("sent->emitted ms", round((emitted - sent) / 1e6, 1), "emitted->recv ms",
-                          round((now - emitted) / 1e6, 1), file=sys.stderr)
                 first = first or now
                 last_seen = now
     await redis.aclose()

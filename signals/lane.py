@@ -56,9 +56,6 @@ class LaneTracking:
         return [self.version, self.cache_key, self.mode, self.write_version, self.since_snapshot]
 
 
-FIELDS = ("v", "ck", "mode", "wv", "n")
-
-
 @dataclass(frozen=True, slots=True)
 class LaneOptions:
     """How a worker shapes a lane's signals."""

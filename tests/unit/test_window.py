@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from signals.lane import LaneOptions, LaneTracking, advance
 from signals.models import WriteEvent
-from signals.render import render_markup
+from signals.render import anthropic_message, render_markup
 from signals.window import StepResult, WindowTracker, trim_window
 
 BASE = [f"- fact {i}: a line long enough that a delta is smaller than the snapshot" for i in range(8)]
@@ -113,3 +113,11 @@ def test_trim_window_by_count_and_tokens() -> None:
     assert trim_window(window, max_messages=2) == window[1:]
     assert trim_window(window, max_tokens=12) == window[1:]
     assert trim_window(window, max_tokens=1) == window[2:]
+
+
+def test_injection_as_an_anthropic_user_turn() -> None:
+    """The same markup fits the Anthropic Messages API as a user text block."""
+    loop = Loop()
+    loop.write(_doc())
+    inj = loop.step().add[0]
+    assert anthropic_message(inj.markup) == {"role": "user", "content": [{"type": "text", "text": inj.markup}]}
