@@ -22,6 +22,7 @@ from signals._util import connect
 from signals.codec import FIELD, encode_json
 from signals.keys import GROUP, Keys
 from signals.models import WriteEvent
+from workers import runtime
 from workers.embedded import RedisServer
 
 
@@ -81,8 +82,8 @@ def run(checkpoints: tuple[int, ...] = (1_000, 100_000, 1_000_000)) -> list[dict
             done = 0
             for target in checkpoints:
                 start = time.perf_counter()
-                anyio.run(_append, server.url, keys, done, target)
-                anyio.run(_drained, server.url, keys)
+                runtime.run(_append, server.url, keys, done, target)
+                runtime.run(_drained, server.url, keys)
                 done = target
                 rows.append({"lanes": target, "rss_mb": _rss_mb(worker.pid), "seconds": time.perf_counter() - start})
         finally:

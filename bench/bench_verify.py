@@ -15,13 +15,12 @@ import subprocess
 import sys
 import time
 
-import anyio
-
 from signals._util import connect
 from signals.codec import FIELD, encode_json
 from signals.keys import Keys
 from signals.lane import LaneOptions, LaneTracking, advance
 from signals.models import WriteEvent
+from workers import runtime
 from workers.embedded import RedisServer
 
 
@@ -68,8 +67,8 @@ def run(count: int = 100_000) -> dict[str, float]:
     """Build the lane, time the command and the baseline."""
     with RedisServer() as server:
         keys = Keys("verify", 16)
-        anyio.run(_load, server.url, keys, count)
-        baseline = anyio.run(_baseline, server.url, keys)
+        runtime.run(_load, server.url, keys, count)
+        baseline = runtime.run(_baseline, server.url, keys)
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "workers", "replay", "--redis-url", server.url,
                                "--namespace", keys.namespace, "--partitions", "16", "--resource", "long",

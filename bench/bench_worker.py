@@ -23,6 +23,7 @@ from signals._util import connect
 from signals.codec import FIELD, encode_json
 from signals.keys import Keys
 from signals.models import WriteEvent
+from workers import runtime
 from workers.embedded import RedisServer
 from workers.settings import Settings
 from workers.supervisor import run_worker
@@ -115,9 +116,9 @@ def run(writes: int = 100_000, lanes: int = 1_000) -> dict[str, Any]:
     """Run all three measurements on a fresh private server; returns the figures."""
     with RedisServer() as server:
         keys = Keys("bench", 16)
-        anyio.run(_load, server.url, keys, writes, lanes)
-        minimal = anyio.run(_minimal, server.url, keys, writes)
-        worker, stats = anyio.run(_worker, server.url, keys, writes)
+        runtime.run(_load, server.url, keys, writes, lanes)
+        minimal = runtime.run(_minimal, server.url, keys, writes)
+        worker, stats = runtime.run(_worker, server.url, keys, writes)
         raw = _redis_benchmark(server.port, max(writes, 10_000))
     return {"writes": writes, "lanes": lanes, "worker_eps": worker, "minimal_eps": minimal,
             "ratio": worker / minimal, "redis_benchmark_xadd_p16": raw, "signals": stats.signals,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import cast
+from typing import Any, cast
 
+import hiredis
+from redis import exceptions as redis_exc
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 
 from signals._time import now_iso
 
@@ -27,7 +30,47 @@ def connect(url: str, **kwargs: object) -> Redis:
     """
     options: dict[str, object] = {"protocol": 2, "decode_responses": True}
     options.update(kwargs)
-    return Redis.from_url(url, **options)  # type: ignore[arg-type]
+    client = Redis.from_url(url, **options)  # type: ignore[arg-type]
+    pool = client.connection_pool
+    if pool.connection_kwargs.get("encoding", "utf-8") == "utf-8":
+        pool.connection_class = _hiredis_packing(pool.connection_class)
+    return client
+
+
+class _HiredisPacking:
+    """Serialise commands with hiredis's C packer.
+
+    redis-py's synchronous client packs with hiredis when it is installed; its asyncio
+    client always packs in Python, which costs about a fifth of a small command's client
+    CPU (measured on the write path). Arguments are ``str`` (UTF-8), ``bytes``, ``int``
+    or ``float``, as with redis-py's own packer; anything else is a ``DataError``.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        first = args[0]
+        if isinstance(first, str):  # "XINFO GROUPS" and the like go out as separate words
+            args = (*first.encode().split(), *args[1:])
+        elif b" " in first:
+            args = (*first.split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            pass
+        plain: Any = tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args)
+        try:  # buffers other than bytes, which hiredis does not take
+            return [hiredis.pack_command(plain)]
+        except TypeError as e:
+            raise redis_exc.DataError(f"cannot send a command argument to Redis: {e}") from e
+
+
+_PACKING_CLASSES: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+
+
+def _hiredis_packing(base: type[AbstractConnection]) -> type[AbstractConnection]:
+    """``base`` (TCP, TLS or Unix socket connection) with hiredis packing; one class per base."""
+    if base not in _PACKING_CLASSES:
+        _PACKING_CLASSES[base] = type(base.__name__, (_HiredisPacking, base), {})
+    return _PACKING_CLASSES[base]
 
 
 # Typed views of the replies this package reads. The client is created with

@@ -16,7 +16,6 @@ Every document is checked against the configured size limit (UTF-8 bytes).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +59,6 @@ DEFAULT_TEMPLATE = """
 - **Projects**: 
 """
 DEFAULT_MAX_BYTES = 64 * 1024
-_WS = re.compile(r"\s+")
 
 Schema = type[pydantic.BaseModel] | dict[str, Any]
 
@@ -93,8 +91,9 @@ class WorkingMemoryConfig:
         return "json" if self.schema is not None else "markdown"
 
 
-def _collapse(text: str) -> str:
-    return _WS.sub(" ", text).strip()
+def _words(text: str) -> list[str]:
+    """The text's words: equal for two texts exactly when their whitespace-collapsed forms are."""
+    return text.split()
 
 
 def check_size(text: str, max_bytes: int) -> None:
@@ -111,8 +110,8 @@ def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -
     if not isinstance(new, str):
         raise InvalidInputError("template-mode working memory must be a string")
     if existing and config.template:
-        template = _collapse(config.template)
-        if _collapse(new) == template and _collapse(existing) != template:
+        template = _words(config.template)
+        if _words(new) == template and _words(existing) != template:
             raise EmptyTemplateOverwriteError(
                 "refused: the write equals the empty template and would erase existing "
                 "working memory"

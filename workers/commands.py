@@ -25,6 +25,7 @@ from signals.store import WorkingMemoryStore
 from workers.consumer import default_consumer_name
 from workers.embedded import RedisServer
 from workers.logging import configure_logging
+from workers.runtime import run
 from workers.settings import Settings
 
 __all__ = ("add_common_args", "add_lane_args", "lane_scope", "register", "resolve_redis", "run_async", "settings_from")
@@ -60,7 +61,7 @@ async def resolve_redis(settings: Settings) -> AsyncIterator[str]:
 
 
 def run_async(coro_fn: Callable[[], Awaitable[int]]) -> int:
-    return anyio.run(coro_fn)
+    return run(coro_fn)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
