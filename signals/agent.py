@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from redis.asyncio import Redis
-
+from signals._util import Client
 from signals.deliveries import DeliveryLog
 from signals.keys import Keys, lane_id
 from signals.memory import WorkingMemoryConfig
@@ -49,7 +48,7 @@ class AgentWorkingMemory:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         keys: Keys,
         *,
         resource_id: str,

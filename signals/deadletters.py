@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
-from redis.asyncio import Redis
 
-from signals._util import lua, xrange
+from signals._util import Client, lua, xrange
 from signals.codec import FIELD, decode_dead_letter
 from signals.errors import InvalidInputError
 from signals.keys import Keys
@@ -28,7 +27,7 @@ class DeadLetterEntry:
 class DeadLetters:
     """The dead-letter streams of a namespace."""
 
-    def __init__(self, redis: Redis, keys: Keys) -> None:
+    def __init__(self, redis: Client, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
         self._requeue = redis.register_script(lua("requeue"))

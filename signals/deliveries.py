@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
 from signals._time import now_iso
-from signals._util import xrange
+from signals._util import Client, xrange
 from signals.codec import FIELD, decode_delivery, encode_json
 from signals.keys import Keys, validate_id
 from signals.models import Delivery
@@ -37,7 +35,7 @@ class ModelView:
 class DeliveryLog:
     """Append and read a thread's delivery log."""
 
-    def __init__(self, redis: Redis, keys: Keys, *, retention: int = 10_000) -> None:
+    def __init__(self, redis: Client, keys: Keys, *, retention: int = 10_000) -> None:
         self.redis = redis
         self.keys = keys
         self.retention = retention

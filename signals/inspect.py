@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from redis import exceptions as redis_exc
-from redis.asyncio import Redis
 
+from signals._util import Client
 from signals.keys import GROUP, Keys
 from signals.progress import lane_versions
 
@@ -49,7 +49,7 @@ class Report:
                 for name in ("stream_length", "pending", "lag", "lanes", "dead_letters")}
 
 
-async def inspect(redis: Redis, keys: Keys, *, top: int = 10, scan: int = 10_000) -> Report:
+async def inspect(redis: Client, keys: Keys, *, top: int = 10, scan: int = 10_000) -> Report:
     """Build the report. ``lag`` counts lanes whose worker is behind their document;
     ``busiest`` ranks up to ``scan`` lanes per partition by document version (writes)."""
     parts = []

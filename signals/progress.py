@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import anyio
-from redis.asyncio import Redis
 
-from signals._util import smembers
+from signals._util import Client, smembers
 from signals.keys import Keys
 
 __all__ = ("lagging_lanes", "lane_versions", "wait_caught_up")
 
 
-async def lane_versions(redis: Redis, keys: Keys, lanes: list[str]) -> list[tuple[int, int]]:
+async def lane_versions(redis: Client, keys: Keys, lanes: list[str]) -> list[tuple[int, int]]:
     """Per lane: (document version, write version the workers have processed)."""
     if not lanes:
         return []
@@ -23,7 +22,7 @@ async def lane_versions(redis: Redis, keys: Keys, lanes: list[str]) -> list[tupl
     return [(int(replies[2 * i] or 0), int(replies[2 * i + 1] or 0)) for i in range(len(lanes))]
 
 
-async def lagging_lanes(redis: Redis, keys: Keys) -> dict[str, tuple[int, int]]:
+async def lagging_lanes(redis: Client, keys: Keys) -> dict[str, tuple[int, int]]:
     """Lanes whose processed write version is behind the document: ``lane -> (doc, processed)``."""
     behind: dict[str, tuple[int, int]] = {}
     for partition in range(keys.partitions):
@@ -34,7 +33,7 @@ async def lagging_lanes(redis: Redis, keys: Keys) -> dict[str, tuple[int, int]]:
     return behind
 
 
-async def wait_caught_up(redis: Redis, keys: Keys, limit_s: float = 60.0, poll_s: float = 0.02) -> None:
+async def wait_caught_up(redis: Client, keys: Keys, limit_s: float = 60.0, poll_s: float = 0.02) -> None:
     """Wait until no lane lags (every write processed); ``TimeoutError`` after ``limit_s``.
 
     Polling is the honest way to wait for other processes' progress here: workers do not

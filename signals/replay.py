@@ -13,9 +13,8 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
 import msgspec
-from redis.asyncio import Redis
 
-from signals._util import xrange
+from signals._util import Client, xrange
 from signals.cachekey import cache_key
 from signals.codec import FIELD, decode_signal
 from signals.errors import InvalidInputError, VerifyError
@@ -36,7 +35,7 @@ class Materialised:
 
 
 async def iter_signals(
-    redis: Redis, keys: Keys, lane: str, *, start: str = "-", end: str = "+", page: int = 2000
+    redis: Client, keys: Keys, lane: str, *, start: str = "-", end: str = "+", page: int = 2000
 ) -> AsyncIterator[tuple[str, Signal]]:
     """Yield ``(entry id, signal)`` of a lane's stream in order, paging with XRANGE."""
     stream = keys.signals(lane)
@@ -53,7 +52,7 @@ async def iter_signals(
         cursor = "(" + entries[-1][0]
 
 
-async def read_signals(redis: Redis, keys: Keys, lane: str) -> list[tuple[str, Signal]]:
+async def read_signals(redis: Client, keys: Keys, lane: str) -> list[tuple[str, Signal]]:
     """The lane's whole retained history."""
     return [item async for item in iter_signals(redis, keys, lane)]
 

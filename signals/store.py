@@ -26,9 +26,8 @@ from typing import Any, Literal, cast
 import anyio
 import structlog
 from redis import exceptions as redis_exc
-from redis.asyncio import Redis
 
-from signals._util import connect, lua, now_iso
+from signals._util import Client, connect, lua, now_iso
 from signals.codec import encode_json
 from signals.errors import (
     ConflictError,
@@ -85,7 +84,7 @@ class WorkingMemoryStore:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         *,
         keys: Keys | None = None,
         config: WorkingMemoryConfig | None = None,

@@ -19,9 +19,8 @@ import anyio
 import msgspec
 import structlog
 from redis import exceptions as redis_exc
-from redis.asyncio import Redis
 
-from signals._util import lindex, xread
+from signals._util import Client, lindex, xread
 from signals.cachekey import cache_key
 from signals.codec import FIELD, decode_signal
 from signals.errors import RedisUnavailableError, VerifyError
@@ -49,7 +48,7 @@ class Subscription:
             unreachable this long; reconnects before that are silent and gapless.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, lane: str, *, block_ms: int = 5000,
+    def __init__(self, redis: Client, keys: Keys, lane: str, *, block_ms: int = 5000,
                  count: int = 500, reconnect_timeout_s: float = 60.0) -> None:
         self.redis = redis
         self.keys = keys

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from redis.asyncio import Redis
-
-from signals._util import lindex
+from signals._util import Client, lindex
 from signals.codec import FIELD, decode_signal
 from signals.keys import Keys
 from signals.lane import LaneTracking
@@ -27,7 +25,7 @@ class TrackingCache:
     cache only saves round trips.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, capacity: int) -> None:
+    def __init__(self, redis: Client, keys: Keys, capacity: int) -> None:
         self.redis = redis
         self.keys = keys
         self.capacity = capacity
@@ -52,7 +50,12 @@ class TrackingCache:
         self._lru.pop(lane, None)
 
     async def values_for(self, versions: dict[str, int]) -> dict[str, str]:
-        """The text at the given signal version of each lane (lanes at version 0 have none)."""
+        """The text at the given signal version of each lane (lanes at version 0 have none).
+
+        A lane whose version is no longer in its stream is left out: another worker moved
+        it on (and trimmed) between the tracking read and this one, so the caller's
+        tracking is stale and the lane must be read again.
+        """
         out: dict[str, str] = {}
         missing: list[tuple[str, int]] = []
         for lane, version in versions.items():
@@ -64,23 +67,30 @@ class TrackingCache:
             else:
                 missing.append((lane, version))
         if missing:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for lane, _ in missing:
-                    pipe.xrevrange(self.keys.signals(lane), count=1)
-                replies = await pipe.execute()
-            for (lane, version), entries in zip(missing, replies, strict=True):
-                value = None
-                if entries:
-                    signal = decode_signal(entries[0][1][FIELD])
-                    if signal.version == version and signal.value is not None:
-                        value = signal.value
-                out[lane] = value if value is not None else await self._rebuild(lane, version)
+            for (lane, version), last in zip(missing, await self._last_values(missing), strict=True):
+                value = last if last is not None else await self._rebuild(lane, version)
+                if value is not None:
+                    out[lane] = value
         return out
 
-    async def _rebuild(self, lane: str, version: int) -> str:
-        start = await lindex(self.redis, self.keys.snapshots(lane), -1) or "-"
-        chain = [item async for item in iter_signals(self.redis, self.keys, lane, start=start)]
-        for item in materialise(chain, verify=False):
-            if item.signal.version == version:
-                return item.value
-        raise RuntimeError(f"{lane}: signal version {version} is not in its stream")
+    async def _last_values(self, lanes: list[tuple[str, int]]) -> list[str | None]:
+        """Each lane's last signal ``value`` when that signal is at the given version."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for lane, _ in lanes:
+                pipe.xrevrange(self.keys.signals(lane), count=1)
+            replies = await pipe.execute()
+        values: list[str | None] = []
+        for (_, version), entries in zip(lanes, replies, strict=True):
+            signal = decode_signal(entries[0][1][FIELD]) if entries else None
+            values.append(signal.value if signal is not None and signal.version == version else None)
+        return values
+
+    async def _rebuild(self, lane: str, version: int) -> str | None:
+        """The text at ``version``, materialised from the last snapshot at or before it."""
+        last_snapshot = await lindex(self.redis, self.keys.snapshots(lane), -1) or "-"
+        for start in dict.fromkeys((last_snapshot, "-")):  # the version may precede the last snapshot
+            chain = [item async for item in iter_signals(self.redis, self.keys, lane, start=start)]
+            for item in materialise(chain, verify=False):
+                if item.signal.version == version:
+                    return item.value
+        return None

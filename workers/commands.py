@@ -68,6 +68,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", help="Redis URL (default: $WM_SIGNALS_REDIS_URL, else embedded)")
     parser.add_argument("--namespace", help="key prefix (default wm)")
     parser.add_argument("--partitions", type=int, help="partition count (default 16; fixed per deployment)")
+    parser.add_argument("--cluster", action="store_true", default=None,
+                        help="the Redis URL names a node of a Redis Cluster (default: $WM_SIGNALS_CLUSTER)")
 
 
 def add_lane_args(parser: argparse.ArgumentParser, *, resource_required: bool = True) -> None:
@@ -102,7 +104,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         from workers.supervisor import run_worker  # noqa: PLC0415 - keeps CLI start-up light
 
         async with resolve_redis(settings) as url:
-            redis = connect(url)
+            redis = connect(url, cluster=settings.cluster)
             try:
                 await run_worker(redis, settings, name=settings.consumer_name or default_consumer_name())
             finally:
@@ -131,7 +133,7 @@ def _cmd_write(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with resolve_redis(settings) as url:
-            store = WorkingMemoryStore(connect(url), keys=settings.keys(), config=config)
+            store = WorkingMemoryStore(connect(url, cluster=settings.cluster), keys=settings.keys(), config=config)
             try:
                 if is_merge:
                     version = await store.merge(args.resource, args.merge, thread_id=args.thread,
@@ -154,7 +156,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with resolve_redis(settings) as url:
-            store = WorkingMemoryStore(connect(url), keys=settings.keys(), read_only=True,
+            store = WorkingMemoryStore(connect(url, cluster=settings.cluster), keys=settings.keys(), read_only=True,
                                        config=WorkingMemoryConfig(scope=lane_scope(args)))  # type: ignore[arg-type]
             try:
                 doc = await store.get(args.resource, args.thread)
@@ -198,7 +200,7 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
         from workers.render import print_signal  # noqa: PLC0415
 
         async with resolve_redis(settings) as url:
-            redis = connect(url)
+            redis = connect(url, cluster=settings.cluster)
             sub = Subscription(redis, settings.keys(), lane_id(scope, args.resource, args.thread),  # type: ignore[arg-type]
                                block_ms=1000)
             seen = 0

@@ -24,9 +24,9 @@ from typing import Any, cast
 import msgspec
 import structlog
 from redis import exceptions as redis_exc
-from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
-from signals._util import lua, now_iso
+from signals._util import Client, lua, now_iso, queue_script
 from signals.codec import FIELD, decode_write, encode_json
 from signals.errors import GroupMissingError
 from signals.keys import GROUP, Keys
@@ -106,7 +106,7 @@ class _LaneCommit:
 class Consumer:
     """One worker's consumer over every partition of a namespace."""
 
-    def __init__(self, redis: Redis, keys: Keys, options: ConsumerOptions, name: str) -> None:
+    def __init__(self, redis: Client, keys: Keys, options: ConsumerOptions, name: str) -> None:
         self.redis = redis
         self.keys = keys
         self.options = options
@@ -127,15 +127,23 @@ class Consumer:
                 if "BUSYGROUP" not in str(e):
                     raise
 
+    def stream_groups(self) -> list[list[str]]:
+        """The partition streams one XREADGROUP may read together: all of them on one
+        server, one each on a Redis Cluster (a command's keys must share a slot there)."""
+        streams = list(self.keys.all_writes())
+        if isinstance(self.redis, RedisCluster):
+            return [[stream] for stream in streams]
+        return [streams]
+
     async def read_batch(
-        self, cursors: dict[str, str] | None = None
+        self, streams: list[str] | None = None, cursors: dict[str, str] | None = None
     ) -> list[tuple[str, str, dict[str, str] | None]]:
-        """Read new entries from every partition, or, with ``cursors``, this consumer's own
-        pending entries after each stream's cursor (no blocking)."""
-        streams = cursors or dict.fromkeys(self.keys.all_writes(), ">")
+        """Read new entries from ``streams`` (default: every partition), or, with ``cursors``,
+        this consumer's own pending entries after each stream's cursor (no blocking)."""
+        wanted = cursors or dict.fromkeys(streams or self.keys.all_writes(), ">")
         try:
             reply = await self.redis.xreadgroup(
-                GROUP, self.name, streams,  # type: ignore[arg-type]
+                GROUP, self.name, wanted,  # type: ignore[arg-type]
                 count=self.options.batch,
                 block=None if cursors else self.options.block_ms,
             )
@@ -146,12 +154,12 @@ class Consumer:
         typed = cast(list[tuple[str, list[tuple[str, dict[str, str] | None]]]], reply or [])
         return [(stream, entry_id, fields) for stream, entries in typed for entry_id, fields in entries]
 
-    async def drain_pending(self) -> BatchStats:
+    async def drain_pending(self, streams: list[str] | None = None) -> BatchStats:
         """Process this consumer's own pending entries once (after a restart or reconnect)."""
         total = BatchStats()
-        cursors = dict.fromkeys(self.keys.all_writes(), "0")
+        cursors = dict.fromkeys(streams or self.keys.all_writes(), "0")
         while cursors:
-            raw = await self.read_batch(cursors)
+            raw = await self.read_batch(cursors=cursors)
             seen = {stream: entry_id for stream, entry_id, _ in raw}
             cursors = {stream: seen[stream] for stream in cursors if stream in seen}
             if raw:
@@ -220,6 +228,7 @@ class Consumer:
         tracking, exists = await self._read_tracking(by_lane)
         now = now_iso()
         per_partition: dict[int, list[_LaneCommit]] = defaultdict(list)
+        retry: list[_Entry] = []
         for lane, lane_entries in by_lane.items():
             lane_entries.sort(key=lambda e: e.event.version)
             if not exists[lane]:
@@ -228,15 +237,20 @@ class Consumer:
                                             f"poison: unknown lane {lane!r} (no document)", 1)
                     stats.dead_letters += 1
                 continue
+            if lane not in tracking:  # another worker moved the lane while we read it
+                stats.conflicts += 1
+                retry.extend(lane_entries)
+                continue
             commit = await self._compute_lane(lane, tracking[lane], lane_entries, now)
             per_partition[lane_entries[0].partition].append(commit)
-        return await self._commit_all(per_partition, stats)
+        return retry + await self._commit_all(per_partition, stats)
 
     async def _read_tracking(
         self, by_lane: dict[str, list[_Entry]]
     ) -> tuple[dict[str, LaneTracking], dict[str, bool]]:
         """Tracking (with the delta base) and document existence per lane: from the cache,
-        else one read script per partition."""
+        else one read script per partition. A lane that moved on between the two reads
+        has no tracking in the result (the caller recomputes it)."""
         tracking: dict[str, LaneTracking] = {}
         partitions: dict[int, list[str]] = defaultdict(list)
         for lane, lane_entries in by_lane.items():
@@ -250,8 +264,8 @@ class Consumer:
             return tracking, exists
         async with self.redis.pipeline(transaction=False) as pipe:
             for group in partitions.values():
-                await self._read(keys=[k for lane in group for k in (self.keys.track(lane), self.keys.doc(lane))],
-                                 client=pipe)
+                await queue_script(pipe, self._read,
+                                   [k for lane in group for k in (self.keys.track(lane), self.keys.doc(lane))], [])
             replies = await pipe.execute()
         fields: dict[str, list[Any]] = {}
         for group, flat in zip(partitions.values(), replies, strict=True):
@@ -260,7 +274,8 @@ class Consumer:
                 exists[lane] = bool(fields[lane][5])
         values = await self._cache.values_for({lane: int(f[0] or 0) for lane, f in fields.items() if f[5]})
         for lane, f in fields.items():
-            tracking[lane] = LaneTracking.from_fields(f[:5], values.get(lane, ""))
+            if int(f[0] or 0) == 0 or lane in values:
+                tracking[lane] = LaneTracking.from_fields(f[:5], values.get(lane, ""))
         return tracking, exists
 
     async def _compute_lane(
@@ -298,8 +313,7 @@ class Consumer:
                 for c in commits:
                     script_keys += [self.keys.track(c.lane), self.keys.signals(c.lane), self.keys.snapshots(c.lane)]
                 payload = encode_json([c.payload() for c in commits])
-                await self._commit(keys=script_keys, args=[GROUP, self.options.keep_snapshots, payload],
-                                   client=pipe)
+                await queue_script(pipe, self._commit, script_keys, [GROUP, self.options.keep_snapshots, payload])
             results = await pipe.execute()
         for (_, commits), conflicts in zip(order, results, strict=True):
             conflicted = {int(i) - 1 for i in conflicts}

@@ -175,7 +175,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with resolve_redis(settings) as url:
-            redis = connect(url)
+            redis = connect(url, cluster=settings.cluster)
             try:
                 signals, deliveries = await _load(redis, settings.keys(), args)
             finally:
@@ -206,7 +206,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with resolve_redis(settings) as url:
-            redis = connect(url)
+            redis = connect(url, cluster=settings.cluster)
             try:
                 loaded.extend(await _load(redis, settings.keys(), args))
             finally:
@@ -230,7 +230,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with resolve_redis(settings) as url:
-            redis = connect(url)
+            redis = connect(url, cluster=settings.cluster)
             try:
                 report = await inspect(redis, settings.keys(), top=args.top)
             finally:
@@ -268,7 +268,7 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with resolve_redis(settings) as url:
-            redis = connect(url)
+            redis = connect(url, cluster=settings.cluster)
             dlq = DeadLetters(redis, settings.keys())
             try:
                 if args.action == "list":

@@ -118,7 +118,7 @@ async def run_demo(url: str, settings: Settings, console: Console | None = None)
     """Run the scripted demo against the Redis at ``url``."""
     out = console or Console(highlight=False)
     keys = Keys(namespace=f"demo-{uuid.uuid4().hex[:6]}", partitions=settings.partitions)
-    redis = connect(url)
+    redis = connect(url, cluster=settings.cluster)
     worker_settings = settings.model_copy(update={"namespace": keys.namespace, "block_ms": 20,
                                                   "maintenance_interval_s": 0.5})
     profiles = WorkingMemoryStore(redis, keys=keys)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from signals.keys import Keys
@@ -17,12 +17,14 @@ __all__ = ("Settings",)
 class Settings(BaseSettings):
     """Everything a worker or the CLI needs; environment variables use the ``WM_SIGNALS_`` prefix.
 
-    ``redis_url`` unset means: start an embedded Redis server for the run.
+    ``redis_url`` unset means: start an embedded Redis server for the run. ``cluster``
+    means the URL names a node of a Redis Cluster (the embedded server is never one).
     """
 
     model_config = SettingsConfigDict(env_prefix="WM_SIGNALS_", extra="ignore")
 
     redis_url: str | None = None
+    cluster: bool = False
     namespace: str = "wm"
     partitions: int = Field(16, ge=1, le=4096)
     policy: Literal["mastra", "compact"] = "compact"
@@ -39,6 +41,12 @@ class Settings(BaseSettings):
     consumer_name: str | None = None
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "info"
+
+    @model_validator(mode="after")
+    def _cluster_needs_url(self) -> Settings:
+        if self.cluster and not self.redis_url:
+            raise ValueError("cluster mode needs a Redis URL (a node of the cluster)")
+        return self
 
     def keys(self) -> Keys:
         """The key layout."""

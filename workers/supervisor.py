@@ -24,8 +24,8 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 from redis import exceptions as redis_exc
-from redis.asyncio import Redis
 
+from signals._util import Client
 from signals.errors import RedisUnavailableError
 from workers.consumer import Consumer
 from workers.settings import Settings
@@ -72,7 +72,7 @@ async def _retrying(backoff: _Backoff, stop: anyio.Event, fn: object) -> None:
 
 
 async def run_worker(
-    redis: Redis,
+    redis: Client,
     settings: Settings,
     *,
     name: str,
@@ -93,7 +93,10 @@ async def run_worker(
         tg.start_soon(_maintenance, consumer, stop, settings.maintenance_interval_s, backoff)
         task_status.started(consumer)
         log.info("worker.ready", consumer=name)
-        await _read_loop(consumer, stop, backoff)
+        async with anyio.create_task_group() as readers:
+            for streams in consumer.stream_groups():
+                readers.start_soon(_read_loop, consumer, streams, stop,
+                                   _Backoff(settings.reconnect_timeout_s))
         tg.cancel_scope.cancel()
     s = consumer.stats
     log.info("worker.stopped", consumer=name, events=s.events, signals=s.signals,
@@ -101,15 +104,17 @@ async def run_worker(
     return consumer
 
 
-async def _read_loop(consumer: Consumer, stop: anyio.Event, backoff: _Backoff) -> None:
+async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, backoff: _Backoff) -> None:
+    """Read and process ``streams`` until stopped: all partitions in one loop on a single
+    server, one loop per partition on a cluster (see ``Consumer.stream_groups``)."""
     drain = True
     while not stop.is_set():
         try:
             if drain:
-                await consumer.drain_pending()
+                await consumer.drain_pending(streams)
                 drain = False
                 continue
-            raw = await consumer.read_batch()
+            raw = await consumer.read_batch(streams)
             if raw:
                 await consumer.process(raw)
             backoff.ok()

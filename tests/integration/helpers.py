@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from redis.asyncio import Redis
 
-from signals._util import connect
+from signals._util import Client, connect
 from signals.cachekey import js_trim
 from signals.keys import Keys
 from signals.progress import wait_caught_up
@@ -49,7 +48,7 @@ async def running_workers(url: str, keys: Keys, count: int = 1, *, crash: bool =
     """
     stop = anyio.Event()
     consumers: list[Consumer] = []
-    clients = [connect(url) for _ in range(count)]
+    clients = [connect(url, cluster=overrides.get("cluster", False)) for _ in range(count)]
     async with anyio.create_task_group() as tg:
         for i, client in enumerate(clients):
             consumers.append(await tg.start(_worker, client, settings_for(url, keys, **overrides), f"w{i}", stop))
@@ -63,11 +62,11 @@ async def running_workers(url: str, keys: Keys, count: int = 1, *, crash: bool =
         await client.aclose()
 
 
-async def _worker(client: Redis, settings: Settings, name: str, stop: anyio.Event, *, task_status: Any) -> None:
+async def _worker(client: Client, settings: Settings, name: str, stop: anyio.Event, *, task_status: Any) -> None:
     await run_worker(client, settings, name=name, stop=stop, handle_signals=False, task_status=task_status)
 
 
-async def lanes_of(redis: Redis, keys: Keys) -> list[str]:
+async def lanes_of(redis: Client, keys: Keys) -> list[str]:
     """Every lane of the namespace."""
     out: list[str] = []
     for p in range(keys.partitions):
@@ -75,7 +74,7 @@ async def lanes_of(redis: Redis, keys: Keys) -> list[str]:
     return out
 
 
-async def check_lane(redis: Redis, keys: Keys, lane: str) -> list[Any]:
+async def check_lane(redis: Client, keys: Keys, lane: str) -> list[Any]:
     """Assert a lane's invariants; returns its signals.
 
     Versions are 1, 2, 3... with no gap or repeat, write versions strictly increase (no

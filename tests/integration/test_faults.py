@@ -195,3 +195,20 @@ def test_embedded_server_starts_and_stops() -> None:
     server.stop()
     time.sleep(0.1)
     assert not server._ping()
+
+
+async def test_tracking_read_of_a_lane_moved_and_trimmed_meanwhile_is_retried(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A worker that read tracking v1 after another worker moved the lane on and trimmed v1
+    away gets no base text for it (the lane is recomputed), never an error that stops it."""
+    from workers.cache import TrackingCache  # noqa: PLC0415
+
+    store = WorkingMemoryStore(redis, keys=keys)
+    async with running_workers(redis_server.url, keys, 1, snapshot_every=1, keep_snapshots=1):
+        for text in ("# one", "# two", "# three"):
+            await store.replace("moved", text)
+            await wait_caught_up(redis, keys)
+    cache = TrackingCache(redis, keys, capacity=10)
+    assert await cache.values_for({"r:moved": 1}) == {}
+    assert await cache.values_for({"r:moved": 3}) == {"r:moved": "# three"}
