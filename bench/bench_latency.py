@@ -134,6 +134,7 @@ def main() -> None:
         from workers.logging import configure_logging  # noqa: PLC0415
 
         configure_logging("json", "warning")
+        runtime.tune_gc()  # the load generator runs with the worker's collector settings
         url, namespace, rate, seconds = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
         offset, stride = int(sys.argv[6]), int(sys.argv[7])
         # one paced task per 1,000 writes/s: more concurrent calls in one process only queue

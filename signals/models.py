@@ -31,7 +31,7 @@ STATE_ID = "working-memory"
 TAG_NAME = "working-memory"
 
 
-class Attributes(msgspec.Struct, frozen=True, omit_defaults=True):
+class Attributes(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """The markup attributes: ``format``, ``scope`` and, on a delta, the ``patch`` kind."""
 
     format: Format
@@ -39,7 +39,7 @@ class Attributes(msgspec.Struct, frozen=True, omit_defaults=True):
     patch: PatchKind | None = None
 
 
-class Signal(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, rename="camel"):
+class Signal(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_only=True, rename="camel"):
     """A ``working-memory`` state signal, byte-compatible with Mastra's for its own fields.
 
     ``value`` is the full text after the signal; on a delta it may be left out of the
@@ -64,7 +64,7 @@ class Signal(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, rena
     write_version: int | None = None
 
 
-class WriteEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class WriteEvent(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="camel"):
     """One committed working-memory write, appended to the lane's partition write stream.
 
     ``data`` is the whole stored document after the write (not the caller's input), so
@@ -84,7 +84,7 @@ class WriteEvent(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     idempotency_key: str | None = None
 
 
-class Delivery(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class Delivery(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="camel"):
     """One working-memory message an agent loop put into its model's context window."""
 
     thread_id: str

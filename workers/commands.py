@@ -25,7 +25,7 @@ from signals.store import WorkingMemoryStore
 from workers.consumer import default_consumer_name
 from workers.embedded import RedisServer
 from workers.logging import configure_logging
-from workers.runtime import run
+from workers.runtime import run, tune_gc
 from workers.settings import Settings
 
 __all__ = ("add_common_args", "add_lane_args", "lane_scope", "register", "resolve_redis", "run_async", "settings_from")
@@ -103,6 +103,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     async def main() -> int:
         from workers.supervisor import run_worker  # noqa: PLC0415 - keeps CLI start-up light
 
+        tune_gc()
         async with resolve_redis(settings) as url:
             redis = connect(url, cluster=settings.cluster)
             try:

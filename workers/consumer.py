@@ -78,6 +78,17 @@ class BatchStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
+RawEntry = tuple[str, str, dict[str, str] | None]
+
+
+@dataclass(slots=True)
+class _Prefetch:
+    """Streams to read ahead in the next commit's round trip, and what that read returned."""
+
+    streams: list[str]
+    entries: list[RawEntry] | None = None
+
+
 @dataclass(slots=True)
 class _Entry:
     partition: int
@@ -137,7 +148,7 @@ class Consumer:
 
     async def read_batch(
         self, streams: list[str] | None = None, cursors: dict[str, str] | None = None
-    ) -> list[tuple[str, str, dict[str, str] | None]]:
+    ) -> list[RawEntry]:
         """Read new entries from ``streams`` (default: every partition), or, with ``cursors``,
         this consumer's own pending entries after each stream's cursor (no blocking)."""
         wanted = cursors or dict.fromkeys(streams or self.keys.all_writes(), ">")
@@ -151,6 +162,10 @@ class Consumer:
             if "NOGROUP" in str(e):
                 raise GroupMissingError(f"consumer group {GROUP} vanished: {e}") from e
             raise
+        return self._flatten(reply)
+
+    @staticmethod
+    def _flatten(reply: object) -> list[RawEntry]:
         typed = cast(list[tuple[str, list[tuple[str, dict[str, str] | None]]]], reply or [])
         return [(stream, entry_id, fields) for stream, entries in typed for entry_id, fields in entries]
 
@@ -184,7 +199,19 @@ class Consumer:
                     break
         return total
 
-    async def process(self, raw: list[tuple[str, str, dict[str, str] | None]]) -> BatchStats:
+    async def process_and_read(self, raw: list[RawEntry], streams: list[str] | None) -> list[RawEntry]:
+        """Process entries, and read what waits next on ``streams`` in the same round trip.
+
+        Under load a batch then costs one round trip, not two: a non-blocking XREADGROUP
+        rides in the commit pipeline. Returns the entries read (empty: nothing was waiting,
+        or nothing was committed; the caller then blocks on :meth:`read_batch`). The
+        entries are pending for this consumer from then on, as with any read.
+        """
+        prefetch = _Prefetch(streams) if streams else None
+        await self.process(raw, prefetch=prefetch)
+        return (prefetch.entries if prefetch else None) or []
+
+    async def process(self, raw: list[RawEntry], *, prefetch: _Prefetch | None = None) -> BatchStats:
         """Process entries: decode, dead-letter poison, compute and commit the rest."""
         stats = BatchStats(events=len(raw))
         entries: list[_Entry] = []
@@ -203,7 +230,7 @@ class Consumer:
         for _ in range(_MAX_RECOMPUTE):
             if not entries:
                 break
-            entries = await self._compute_and_commit(entries, stats)
+            entries = await self._compute_and_commit(entries, stats, prefetch)
         else:
             log.warning("worker.contention", lanes_left=len({e.event.lane for e in entries}))
         self.stats.add(stats)
@@ -219,7 +246,9 @@ class Consumer:
             raise ValueError(f"lane {event.lane!r} does not belong to partition {partition}")
         return event
 
-    async def _compute_and_commit(self, entries: list[_Entry], stats: BatchStats) -> list[_Entry]:
+    async def _compute_and_commit(
+        self, entries: list[_Entry], stats: BatchStats, prefetch: _Prefetch | None = None
+    ) -> list[_Entry]:
         """One pass: read the lanes' tracking, compute their signals, commit; returns the
         entries of lanes another worker advanced meanwhile (to recompute)."""
         by_lane: dict[str, list[_Entry]] = defaultdict(list)
@@ -243,7 +272,7 @@ class Consumer:
                 continue
             commit = await self._compute_lane(lane, tracking[lane], lane_entries, now)
             per_partition[lane_entries[0].partition].append(commit)
-        return retry + await self._commit_all(per_partition, stats)
+        return retry + await self._commit_all(per_partition, stats, prefetch)
 
     async def _read_tracking(
         self, by_lane: dict[str, list[_Entry]]
@@ -301,20 +330,15 @@ class Consumer:
         commit.final = tracking
         return commit
 
-    async def _commit_all(self, per_partition: dict[int, list[_LaneCommit]], stats: BatchStats) -> list[_Entry]:
-        """One commit script per partition, pipelined; returns the entries of conflicted lanes."""
+    async def _commit_all(
+        self, per_partition: dict[int, list[_LaneCommit]], stats: BatchStats, prefetch: _Prefetch | None = None
+    ) -> list[_Entry]:
+        """Commit every partition's lanes; returns the entries of conflicted lanes."""
         retry: list[_Entry] = []
         if not per_partition:
             return retry
         order = list(per_partition.items())
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for partition, commits in order:
-                script_keys = [self.keys.writes(partition)]
-                for c in commits:
-                    script_keys += [self.keys.track(c.lane), self.keys.signals(c.lane), self.keys.snapshots(c.lane)]
-                payload = encode_json([c.payload() for c in commits])
-                await queue_script(pipe, self._commit, script_keys, [GROUP, self.options.keep_snapshots, payload])
-            results = await pipe.execute()
+        results = await self._run_commits(order, prefetch)
         for (_, commits), conflicts in zip(order, results, strict=True):
             conflicted = {int(i) - 1 for i in conflicts}
             for position, c in enumerate(commits):
@@ -326,6 +350,32 @@ class Consumer:
                     stats.add(c.stats)
                     self._cache.remember(c.lane, c.final)
         return retry
+
+    async def _run_commits(
+        self, order: list[tuple[int, list[_LaneCommit]]], prefetch: _Prefetch | None
+    ) -> list[list[int]]:
+        """One commit script per partition in one pipeline, plus the read-ahead (once) when
+        asked; returns each script's conflicted lane positions."""
+        reading = prefetch is not None and prefetch.entries is None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for partition, commits in order:
+                script_keys = [self.keys.writes(partition)]
+                for c in commits:
+                    script_keys += [self.keys.track(c.lane), self.keys.signals(c.lane), self.keys.snapshots(c.lane)]
+                payload = encode_json([c.payload() for c in commits])
+                await queue_script(pipe, self._commit, script_keys, [GROUP, self.options.keep_snapshots, payload])
+            if prefetch is not None and reading:
+                pipe.xreadgroup(GROUP, self.name, dict.fromkeys(prefetch.streams, ">"),
+                                count=self.options.batch)
+            results = await pipe.execute(raise_on_error=False)
+        if prefetch is not None and reading:
+            ahead = results.pop()
+            # a failed read-ahead (NOGROUP, say) is left for the next blocking read to report
+            prefetch.entries = [] if isinstance(ahead, Exception) else self._flatten(ahead)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return cast(list[list[int]], results)
 
     async def _failed(self, entry: _Entry, error: Exception, stats: BatchStats) -> None:
         """Count a processing failure; dead-letter the event after ``max_attempts``."""

@@ -27,7 +27,7 @@ from redis import exceptions as redis_exc
 
 from signals._util import Client
 from signals.errors import RedisUnavailableError
-from workers.consumer import Consumer
+from workers.consumer import Consumer, RawEntry
 from workers.settings import Settings
 
 __all__ = ("run_worker",)
@@ -106,19 +106,27 @@ async def run_worker(
 
 async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, backoff: _Backoff) -> None:
     """Read and process ``streams`` until stopped: all partitions in one loop on a single
-    server, one loop per partition on a cluster (see ``Consumer.stream_groups``)."""
+    server, one loop per partition on a cluster (see ``Consumer.stream_groups``).
+
+    While entries keep coming, each commit carries the next read (``process_and_read``);
+    the loop blocks on XREADGROUP only when nothing was waiting. Entries already read
+    when the stop comes are processed before the loop ends (no new read is made).
+    """
     drain = True
-    while not stop.is_set():
+    ahead: list[RawEntry] = []
+    while not stop.is_set() or ahead:
         try:
             if drain:
                 await consumer.drain_pending(streams)
                 drain = False
                 continue
-            raw = await consumer.read_batch(streams)
+            raw = ahead or await consumer.read_batch(streams)
+            ahead = []
             if raw:
-                await consumer.process(raw)
+                ahead = await consumer.process_and_read(raw, None if stop.is_set() else streams)
             backoff.ok()
         except _TRANSIENT as e:
+            ahead = []  # read but unprocessed: still pending, drain_pending reads them again
             drain = True
             await backoff.wait(e)
 
