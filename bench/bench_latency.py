@@ -2,9 +2,10 @@
 
 Three processes on loopback: writers (paced, open loop, stamping each document with the
 send time), one ``wm-signals worker``, and a subscriber that tails every lane's signal
-stream and computes receive time minus send time. Prints p50 / p99 / max per rate, and
-the rate actually achieved (on a 2-core machine the writers, the worker, the subscriber
-and Redis share the cores).
+stream and computes receive time minus send time. Prints p50 / p99 / max per rate
+(after a 0.5 s warm-up that is not measured), the rate actually achieved (on a 2-core
+machine the writers, the worker, the subscriber and Redis share the cores) and how late
+the load generator started its writes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from workers import runtime
 from workers.embedded import RedisServer
 
 LANES = 200
+WARMUP_S = 0.5  # not measured: connections opening, first script loads, caches filling
 BODY = "\n".join(f"- fact {i}: something the agent remembers about the user" for i in range(8))
 
 
@@ -48,12 +50,13 @@ async def _writer(url: str, namespace: str, rate: float, seconds: float, tasks: 
         n = 0
         while True:
             due = start + n / per_task
-            if due - start >= seconds:
+            if due - start >= WARMUP_S + seconds:
                 return
             delay = due - time.monotonic()
             if delay > 0:
                 await anyio.sleep(delay)
-            lags.append((time.monotonic() - due) * 1e3)
+            if due - start >= WARMUP_S:
+                lags.append((time.monotonic() - due) * 1e3)
             lane = (offset + stride * (k + n * tasks)) % LANES
             await store.replace(f"user{lane}", f"# Profile\n{BODY}\n- sent: {time.time_ns()}")
             n += 1
@@ -78,21 +81,23 @@ async def _subscribe(url: str, keys: Keys, expected: int, limit_s: float) -> tup
         stream = keys.signals(f"r:user{i}")
         last = await redis.xrevrange(stream, count=1)
         cursors[stream] = last[0][0] if last else "0-0"
-    latencies: list[float] = []
-    stamps: list[int] = []
+    received: list[tuple[int, int]] = []  # (sent, received) in ns
     deadline = time.monotonic() + limit_s
-    while len(latencies) < expected and time.monotonic() < deadline:
+    while len(received) < expected and time.monotonic() < deadline:
         reply = await redis.xread(cursors, count=1000, block=200)
         now = time.time_ns()
         for stream, entries in reply or []:
             for entry_id, fields in entries:
                 cursors[stream] = entry_id
                 value = decode_signal(fields[FIELD]).value or ""
-                latencies.append((now - int(value.rsplit("- sent: ", 1)[1])) / 1e6)
-                stamps.append(now)
+                received.append((int(value.rsplit("- sent: ", 1)[1]), now))
     await redis.aclose()
-    span = (stamps[-1] - stamps[0]) / 1e9 if stamps else 0.0
-    return latencies, span
+    if not received:
+        return [], 0.0
+    measured_from = min(sent for sent, _ in received) + int(WARMUP_S * 1e9)
+    measured = [(sent, got) for sent, got in received if sent >= measured_from]
+    span = (max(got for _, got in measured) - min(got for _, got in measured)) / 1e9 if measured else 0.0
+    return [(got - sent) / 1e6 for sent, got in measured], span
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -117,7 +122,8 @@ def run(rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 5.0) -> list[
                                          keys.namespace, str(rate / procs), str(seconds), str(k), str(procs),
                                          str(lag_files[k])])
                        for k in range(procs)]
-            latencies, span = runtime.run(_subscribe, server.url, keys, int(rate * seconds), seconds + 30)
+            latencies, span = runtime.run(_subscribe, server.url, keys, int(rate * (WARMUP_S + seconds)),
+                                          WARMUP_S + seconds + 30)
             for writer in writers:
                 writer.wait(120)
             lags = [lag for path in lag_files for lag in json.loads(path.read_text())]
