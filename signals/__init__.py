@@ -5,7 +5,7 @@ does no I/O; the Redis side (store, subscription, delivery log, replay) uses
 redis.asyncio. Worker processes and the CLI live in the separate ``workers`` package.
 """
 
-from signals._util import connect
+from signals._util import Client, connect
 from signals.agent import AgentWorkingMemory
 from signals.cachekey import cache_key, js_trim
 from signals.deliveries import DeliveryLog, ModelView
@@ -45,6 +45,7 @@ __all__ = (
     "DEFAULT_TEMPLATE",
     "AgentWorkingMemory",
     "Attributes",
+    "Client",
     "ConflictError",
     "Delivery",
     "DeliveryLog",
