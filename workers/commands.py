@@ -40,8 +40,15 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     try:
         return Settings(**overrides)
     except pydantic.ValidationError as e:
-        detail = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+        detail = "; ".join(_describe(err) for err in e.errors())
         raise InvalidInputError(f"invalid setting (flag or WM_SIGNALS_* variable): {detail}") from e
+
+
+def _describe(error: Any) -> str:
+    """One validation error as ``field: message`` (whole-settings checks have no field)."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    field = ".".join(str(p) for p in error["loc"])
+    return f"{field}: {message}" if field else message
 
 
 @asynccontextmanager

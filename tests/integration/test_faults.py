@@ -80,6 +80,43 @@ async def test_sigkilled_worker_restarts_without_gap_or_duplicate(
     assert all(v == list(range(1, 41)) for v in versions.values()), versions
 
 
+async def test_sigterm_mid_stream_finishes_what_was_read_and_exits_zero(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """SIGTERM while writes pour in: the worker stops reading, processes and acknowledges
+    what it had read (read-ahead included), exits 0 and leaves nothing pending."""
+    ROUNDS = 150
+    store = WorkingMemoryStore(redis, keys=keys)
+    proc = spawn_worker(redis_server.url, keys, "graceful", batch=1)  # a backlog: every commit reads ahead
+    await wait_ready(proc)
+    async def writer(k: int) -> None:  # four writers on their own lanes outpace a batch-1 worker
+        for r in range(ROUNDS):
+            for i in range(10):
+                await store.replace(f"w{k}-{i}", f"# Profile {k}-{i}\n- round {r}")
+
+    async with anyio.create_task_group() as tg:
+        for k in range(4):
+            tg.start_soon(writer, k)
+        await anyio.sleep(0.6)
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            while proc.poll() is None:
+                await anyio.sleep(0.02)
+    assert proc.returncode == 0
+    assert await _pending(redis, keys) == 0, "the stopped worker left entries read but unacknowledged"
+    log_text = await anyio.Path(proc.log_path).read_text()  # type: ignore[attr-defined]
+    assert "worker.stopping" in log_text
+    resumed = spawn_worker(redis_server.url, keys, "graceful", batch=20)
+    try:
+        await wait_ready(resumed)
+        await wait_caught_up(redis, keys, limit_s=60)
+    finally:
+        resumed.terminate()
+        assert resumed.wait(20) == 0
+    versions = await _signalled_write_versions(redis, keys)
+    assert all(v == list(range(1, ROUNDS + 1)) for v in versions.values()), versions
+
+
 async def test_second_worker_takes_over_a_dead_ones_pending(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:

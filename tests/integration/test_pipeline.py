@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -221,3 +222,8 @@ def test_cli_exit_codes(redis_server: RedisServer, keys: Keys) -> None:
     invalid = subprocess.run([*base, "get", "--resource", "cli", "--partitions", "0", "--redis-url", redis_server.url],
                              capture_output=True, text=True, timeout=60, check=False)
     assert invalid.returncode == 2 and "partitions" in invalid.stderr and "Traceback" not in invalid.stderr
+    env = {k: v for k, v in os.environ.items() if k != "WM_SIGNALS_REDIS_URL"}
+    no_url = subprocess.run([*base, "get", "--resource", "cli", "--cluster"], capture_output=True, text=True,
+                            timeout=60, check=False, env=env)
+    assert no_url.returncode == 2
+    assert no_url.stderr.strip().endswith("cluster mode needs a Redis URL (a node of the cluster)")
