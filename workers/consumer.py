@@ -396,21 +396,3 @@ class Consumer:
             args=[GROUP, entry_id, encode_json(letter), self.options.dead_letter_maxlen],
         )
         log.warning("worker.dead_lettered", partition=partition, entry_id=entry_id, error=error)
-
-    async def trim_write_streams(self) -> int:
-        """Trim each write stream below its oldest unacknowledged entry; returns entries removed."""
-        removed = 0
-        for stream in self.keys.all_writes():
-            groups = await self.redis.xinfo_groups(stream)
-            group = next((g for g in groups if g["name"] == GROUP), None)
-            if group is None:
-                continue
-            summary = await self.redis.xpending(stream, GROUP)
-            if summary["pending"]:
-                min_id = summary["min"]
-            else:
-                last = group["last-delivered-id"]
-                ms, _, seq = last.partition("-")
-                min_id = f"{ms}-{int(seq or 0) + 1}"
-            removed += await self.redis.xtrim(stream, minid=min_id, approximate=False)
-        return removed

@@ -28,6 +28,7 @@ from redis import exceptions as redis_exc
 from signals._util import Client
 from signals.errors import RedisUnavailableError
 from workers.consumer import Consumer, RawEntry
+from workers.maintenance import trim_write_streams
 from workers.settings import Settings
 
 __all__ = ("run_worker",)
@@ -139,7 +140,7 @@ async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float, b
             return
         try:
             await consumer.reclaim()
-            await consumer.trim_write_streams()
+            await trim_write_streams(consumer.redis, consumer.keys)
         except _TRANSIENT as e:
             log.warning("worker.maintenance_skipped", error=repr(e))
 
