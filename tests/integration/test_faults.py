@@ -63,20 +63,26 @@ async def _kill_mid_stream(server: RedisServer, redis: Redis, keys: Keys, name: 
         proc.wait()
 
 
-async def test_sigkilled_worker_restarts_without_gap_or_duplicate(
-    redis_server: RedisServer, redis: Redis, keys: Keys
-) -> None:
-    """SIGKILL mid-stream, restart under the same name: every changed write has one signal."""
-    await _kill_mid_stream(redis_server, redis, keys, "solo", lanes=50, rounds=40, after_s=1.0)
-    proc = spawn_worker(redis_server.url, keys, "solo", batch=20)
+async def _finish_with_worker(server: RedisServer, redis: Redis, keys: Keys, name: str) -> dict[str, list[int]]:
+    """Run a worker process named ``name`` until every write is processed, stop it with
+    SIGTERM (it must exit 0), and return each lane's signalled write versions (checked)."""
+    proc = spawn_worker(server.url, keys, name, batch=20)
     try:
         await wait_ready(proc)
         await wait_caught_up(redis, keys, limit_s=60)
     finally:
         proc.terminate()
         assert proc.wait(20) == 0
+    return await _signalled_write_versions(redis, keys)
+
+
+async def test_sigkilled_worker_restarts_without_gap_or_duplicate(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """SIGKILL mid-stream, restart under the same name: every changed write has one signal."""
+    await _kill_mid_stream(redis_server, redis, keys, "solo", lanes=50, rounds=40, after_s=1.0)
+    versions = await _finish_with_worker(redis_server, redis, keys, "solo")
     # every write changed the document (the round number changes), so one signal each
-    versions = await _signalled_write_versions(redis, keys)
     assert all(v == list(range(1, 41)) for v in versions.values()), versions
 
 
@@ -85,12 +91,13 @@ async def test_sigterm_mid_stream_finishes_what_was_read_and_exits_zero(
 ) -> None:
     """SIGTERM while writes pour in: the worker stops reading, processes and acknowledges
     what it had read (read-ahead included), exits 0 and leaves nothing pending."""
-    ROUNDS = 150
+    rounds = 150  # about 2 s of writes: the SIGTERM lands mid-stream
     store = WorkingMemoryStore(redis, keys=keys)
     proc = spawn_worker(redis_server.url, keys, "graceful", batch=1)  # a backlog: every commit reads ahead
     await wait_ready(proc)
+
     async def writer(k: int) -> None:  # four writers on their own lanes outpace a batch-1 worker
-        for r in range(ROUNDS):
+        for r in range(rounds):
             for i in range(10):
                 await store.replace(f"w{k}-{i}", f"# Profile {k}-{i}\n- round {r}")
 
@@ -106,15 +113,8 @@ async def test_sigterm_mid_stream_finishes_what_was_read_and_exits_zero(
     assert await _pending(redis, keys) == 0, "the stopped worker left entries read but unacknowledged"
     log_text = await anyio.Path(proc.log_path).read_text()  # type: ignore[attr-defined]
     assert "worker.stopping" in log_text
-    resumed = spawn_worker(redis_server.url, keys, "graceful", batch=20)
-    try:
-        await wait_ready(resumed)
-        await wait_caught_up(redis, keys, limit_s=60)
-    finally:
-        resumed.terminate()
-        assert resumed.wait(20) == 0
-    versions = await _signalled_write_versions(redis, keys)
-    assert all(v == list(range(1, ROUNDS + 1)) for v in versions.values()), versions
+    versions = await _finish_with_worker(redis_server, redis, keys, "graceful")
+    assert all(v == list(range(1, rounds + 1)) for v in versions.values()), versions
 
 
 async def test_second_worker_takes_over_a_dead_ones_pending(
