@@ -9,12 +9,15 @@ from __future__ import annotations
 
 __all__ = (
     "ConflictError",
+    "CorruptDataError",
     "DocumentTooLargeError",
     "EmptyTemplateOverwriteError",
     "GroupMissingError",
     "InvalidInputError",
+    "NamespaceMismatchError",
     "PatchError",
     "ReadOnlyError",
+    "RedisBusyError",
     "RedisUnavailableError",
     "ScenarioError",
     "SchemaValidationError",
@@ -60,6 +63,19 @@ class ThreadOwnerError(InvalidInputError):
     """Raised when a write or thread creation names a resource other than the thread's owner."""
 
 
+class CorruptDataError(InvalidInputError):
+    """Raised when something read from Redis is not in the documented shape (a document hash
+    with a non-integer version, an undecodable stream entry); names the key and the field.
+
+    Nothing read from Redis is trusted: this is bad input, like a malformed argument.
+    """
+
+
+class NamespaceMismatchError(InvalidInputError):
+    """Raised when a process's settings disagree with those stored for its namespace (the
+    partition count): it would address keys no other process reads."""
+
+
 class ReadOnlyError(WmSignalsError):
     """Raised when a read-only client is asked to write."""
 
@@ -75,6 +91,11 @@ class ConflictError(WmSignalsError):
 
 class RedisUnavailableError(WmSignalsError):
     """Raised when Redis cannot be reached after the bounded retries."""
+
+
+class RedisBusyError(RedisUnavailableError):
+    """Raised when Redis answers but refuses work for a while: out of memory under
+    ``noeviction``, loading its dataset, a read-only replica, a cluster reconfiguring."""
 
 
 class GroupMissingError(WmSignalsError):

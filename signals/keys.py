@@ -22,8 +22,10 @@ __all__ = ("GROUP", "Keys", "lane_id", "validate_id")
 
 #: The consumer group every worker joins on every partition write stream.
 GROUP = "wm-workers"
-_BAD_ID = re.compile(r"[\x00-\x1f\x7f{}]")
+_BAD_ID = re.compile("[\x00-\x1f\x7f{}\ud800-\udfff]")
 MAX_ID_LENGTH = 512
+_LANE_KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv")
+_PARTITION_KINDS = ("writes", "dlq", "fails", "lanes")
 
 
 def validate_id(value: object, what: str) -> str:
@@ -33,7 +35,7 @@ def validate_id(value: object, what: str) -> str:
     if len(value) > MAX_ID_LENGTH or _BAD_ID.search(value):
         raise InvalidInputError(
             f"{what} {value[:40]!r} is invalid: at most {MAX_ID_LENGTH} characters, "
-            "no control characters or braces"
+            "no control characters, braces or lone surrogates (invalid UTF-8)"
         )
     return value
 
@@ -88,8 +90,12 @@ class Keys:
         return self._lane_key("snaps", lane)
 
     def idempotency(self, lane: str, key: str) -> str:
-        """String: the version a write with this idempotency key produced."""
-        return f"{self._lane_key('idem', lane)}:{key}"
+        """String: the version a write with this idempotency key produced.
+
+        Both parts may contain ``:``, so the lane is length-prefixed: no two (lane, key)
+        pairs share a Redis key (``r:x11`` + ``b:k`` and ``r:x11:b`` + ``k`` differ).
+        """
+        return f"{self.tag(self.partition(lane))}:idem:{len(lane)}:{lane}:{key}"
 
     def thread(self, thread_id: str) -> str:
         """Hash: a thread's owner ``resource`` and ``createdAt`` (never changes)."""
@@ -114,6 +120,30 @@ class Keys:
     def lanes(self, partition: int) -> str:
         """Set: the lanes of the partition."""
         return f"{self.tag(partition)}:lanes"
+
+    def config(self) -> str:
+        """Hash: the settings every process of the namespace must agree on (``partitions``).
+
+        Outside every partition's hash tag: one small key per namespace.
+        """
+        return f"{self.namespace}:config"
+
+    def pattern(self, kind: str) -> str:
+        """The ACL glob matching every key of one ``kind`` in the namespace.
+
+        Kinds: the per-lane ``doc``, ``trk``, ``sig``, ``snaps``, ``idem``, ``thread``,
+        ``dlv``, and the per-partition ``writes``, ``dlq``, ``fails``, ``lanes``; ``config``
+        is the one namespace key. Ids never contain braces (see :func:`validate_id`), so
+        the single ``}`` of a key closes its partition tag and ``{p*}`` cannot run into
+        the rest of the key: ``wm:{p*}:sig:*`` matches signal streams and nothing else.
+        """
+        if kind == "config":
+            return self.config()
+        if kind in _LANE_KINDS:
+            return f"{self.namespace}:{{p*}}:{kind}:*"
+        if kind in _PARTITION_KINDS:
+            return f"{self.namespace}:{{p*}}:{kind}"
+        raise InvalidInputError(f"unknown key kind {kind!r}")
 
     def all_writes(self) -> list[str]:
         """Every partition's write stream, in partition order."""
