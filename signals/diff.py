@@ -40,6 +40,7 @@ __all__ = (
 _COMMON, _ADDED, _REMOVED = 0, 1, 2
 _HEADER = re.compile(r"@@ -(\d+),(\d+) \+(\d+),(\d+) @@")
 _FAR = 1 << 62
+_SHORT_RUN = 8  # common runs up to this long are followed line by line
 _FEW_LINES = 4  # in-place edits up to this many lines skip the Myers search
 
 
@@ -82,71 +83,88 @@ def _text(token: Token) -> str:
     return token if isinstance(token, str) else token[0]
 
 
-def _extend(component: tuple[int, int, object] | None, kind: int) -> tuple[int, int, object]:
-    if component is not None and component[1] == kind:
-        return (component[0] + 1, kind, component[2])
-    return (1, kind, component)
+_Path = tuple[int, int, object] | None  # (count, kind, previous component): jsdiff's lastComponent chain
 
 
-def _edit_script(  # noqa: C901 - a faithful port of one algorithm reads best as one function
-    old: list[Token], new: list[Token], max_edits: int | None
-) -> list[tuple[int, int]]:
-    """Return jsdiff's component list as ``(kind, count)`` pairs, oldest first."""
+def _edit_script(old: list[Token], new: list[Token], max_edits: int | None) -> list[tuple[int, int]]:
+    """Return jsdiff's component list as ``(kind, count)`` pairs, oldest first.
+
+    jsdiff's ``diffWithOptionsObj`` loop, statement for statement, with its ``bestPath``
+    array split in two lists indexed by ``diagonal + shift``: ``reach`` (the furthest
+    old position reached on the diagonal, ``_FAR`` where jsdiff has ``undefined``, which
+    makes both "can add" and "can remove" tests fail without a separate check) and
+    ``paths`` (the component chain). The loop bound ``min(max_diag, edit)`` is kept in
+    ``top``, lowered where jsdiff lowers ``maxDiagonalToConsider``.
+
+    Cost: edit length ``e`` visits at most ``e + 1`` diagonals, so a search abandoned
+    at ``max_edits`` E made at most ``(E + 1)(E + 2) / 2`` visits; the common runs it
+    followed are C-level slice compares (see :func:`_snake`).
+
+    Raises:
+        _Abandoned: no edit script of at most ``max_edits`` insertions plus deletions.
+    """
     n_old, n_new = len(old), len(new)
-    old_pos = new_pos = _snake(old, new, 0, 0) - 1
-    head: tuple[int, int, object] | None = (old_pos + 1, _COMMON, None) if old_pos >= 0 else None
-    if old_pos + 1 >= n_old and new_pos + 1 >= n_new:
+    start = _snake(old, new, 0, 0) - 1
+    head: _Path = (start + 1, _COMMON, None) if start >= 0 else None
+    if start + 1 >= n_old and start + 1 >= n_new:
         return _components(head)
 
-    best: dict[int, tuple[int, tuple[int, int, object] | None] | None] = {0: (old_pos, head)}
+    limit = n_old + n_new if max_edits is None else max(0, min(n_old + n_new, max_edits))
+    shift = limit + 1  # diagonals -limit-1 .. limit+1 are read
+    reach = [_FAR] * (2 * limit + 3)
+    paths: list[_Path] = [None] * (2 * limit + 3)
+    reach[shift], paths[shift] = start, head
     min_diag, max_diag = -_FAR, _FAR
-    limit = n_old + n_new if max_edits is None else min(n_old + n_new, max_edits)
-    edit = 1
-    while edit <= limit:
+    for edit in range(1, limit + 1):
         diag = max(min_diag, -edit)
-        while diag <= min(max_diag, edit):
-            remove = best.get(diag - 1)
-            add = best.get(diag + 1)
-            if remove is not None:
-                best[diag - 1] = None
-            can_add = add is not None and 0 <= add[0] - diag < n_new
-            can_remove = remove is not None and remove[0] + 1 < n_old
-            if not can_add and not can_remove:
-                best[diag] = None
+        top = min(max_diag, edit)
+        while diag <= top:
+            at = diag + shift
+            remove_at, add_at = reach[at - 1], reach[at + 1]
+            reach[at - 1] = _FAR  # jsdiff drops the remove path once it is used
+            can_remove = remove_at + 1 < n_old
+            if diag <= add_at < n_new + diag and (not can_remove or remove_at < add_at):
+                old_pos, last, kind = add_at, paths[at + 1], _ADDED
+            elif can_remove:
+                old_pos, last, kind = remove_at + 1, paths[at - 1], _REMOVED
+            else:
+                reach[at] = _FAR
                 diag += 2
                 continue
-            if not can_remove or (can_add and remove[0] < add[0]):  # type: ignore[index]
-                old_pos, component = add[0], _extend(add[1], _ADDED)  # type: ignore[index]
-            else:
-                old_pos, component = remove[0] + 1, _extend(remove[1], _REMOVED)  # type: ignore[index]
+            paths[at - 1] = None
+            path: _Path = (1, kind, last) if last is None or last[1] != kind else (last[0] + 1, kind, last[2])
             new_pos = old_pos - diag
-            common = _snake(old, new, old_pos + 1, new_pos + 1)
-            if common:
+            if old_pos + 1 < n_old and new_pos + 1 < n_new and old[old_pos + 1] == new[new_pos + 1]:
+                common = _snake(old, new, old_pos + 1, new_pos + 1)
                 old_pos += common
                 new_pos += common
-                component = (common, _COMMON, component)
-            if old_pos + 1 >= n_old and new_pos + 1 >= n_new:
-                return _components(component)
-            best[diag] = (old_pos, component)
+                path = (common, _COMMON, path)
             if old_pos + 1 >= n_old:
+                if new_pos + 1 >= n_new:
+                    return _components(path)
                 max_diag = min(max_diag, diag - 1)
+                top = min(top, max_diag)
             if new_pos + 1 >= n_new:
                 min_diag = max(min_diag, diag + 1)
+            reach[at], paths[at] = old_pos, path
             diag += 2
-        edit += 1
     raise _Abandoned
 
 
 def _snake(old: list[Token], new: list[Token], i: int, j: int) -> int:
     """Length of the common run of ``old[i:]`` and ``new[j:]`` (jsdiff's extractCommon).
 
-    Galloping over C-level slice comparisons: long common runs cost a few slice compares
-    instead of one Python iteration per line.
+    The first few lines are compared one by one (most runs are short: a repeated blank
+    or list line); longer runs gallop over C-level slice comparisons, so they cost a few
+    slice compares instead of one Python iteration per line.
     """
     limit = min(len(old) - i, len(new) - j)
-    if limit <= 0 or old[i] != new[j]:
-        return 0
-    low, step = 1, 1  # old[i:i+low] == new[j:j+low] holds
+    low, short = 0, min(limit, _SHORT_RUN)
+    while low < short and old[i + low] == new[j + low]:
+        low += 1
+    if low < short or low == limit:
+        return low
+    step = low  # old[i:i+low] == new[j:j+low] holds
     while low < limit:
         size = min(step, limit - low)
         if old[i + low : i + low + size] != new[j + low : j + low + size]:
@@ -220,7 +238,9 @@ def _hunks(script: list[tuple[int, int]], old: list[Token], new: list[Token], of
     return hunks
 
 
-def compact_patch(prior: str, nxt: str, *, max_edits: int | None = None) -> str | None:
+def compact_patch(
+    prior: str, nxt: str, *, max_edits: int | None = None, search_edits: int | None = None
+) -> str | None:
     """A hunks-only patch in the same format, computed for speed rather than jsdiff parity.
 
     For the ``compact`` policy, where any patch that :func:`apply_patch` applies is
@@ -229,7 +249,15 @@ def compact_patch(prior: str, nxt: str, *, max_edits: int | None = None) -> str 
     update) each run of differing lines becomes one hunk in linear time; otherwise, or
     when many lines differ, the common prefix and suffix are skipped with C-level
     comparisons and the Myers search runs on the middle only, and the smaller patch
-    wins. ``None`` past ``max_edits``.
+    wins.
+
+    Args:
+        prior: the old text.
+        nxt: the new text.
+        max_edits: the largest patch wanted, in ``-`` plus ``+`` lines; ``None`` past it.
+        search_edits: the Myers search gives up past this many edits (its cost grows
+            with their square); the linear in-place candidate is not limited by it.
+            ``None`` when neither candidate is within the limits.
     """
     old: list[Token] = list(prior.split("\n"))
     new: list[Token] = list(nxt.split("\n"))
@@ -244,7 +272,9 @@ def compact_patch(prior: str, nxt: str, *, max_edits: int | None = None) -> str 
     tail = _snake(old[:stop:-1], new[:stop:-1], 0, 0)
     mid_old, mid_new = old[head : len(old) - tail], new[head : len(new) - tail]
     with contextlib.suppress(_Abandoned):
-        candidates.append(_hunks(_edit_script(mid_old, mid_new, max_edits), mid_old, mid_new, head))
+        limits = [limit for limit in (max_edits, search_edits) if limit is not None]
+        script = _edit_script(mid_old, mid_new, min(limits, default=None))
+        candidates.append(_hunks(script, mid_old, mid_new, head))
     patches = [p for p in (_within(c, max_edits) for c in candidates) if p is not None]
     return min(patches, key=len) if patches else None
 

@@ -9,6 +9,14 @@ policy, byte for byte:
   prior (the last delta's value since the snapshot, else the snapshot's);
 * otherwise (JSON, window dropped the snapshot, no prior): a snapshot.
 
+One deviation from Mastra, in both policies: the line diff runs under a budget
+(``max_diff_edits``, :data:`DEFAULT_MAX_DIFF_EDITS` line insertions plus deletions).
+Myers' cost grows with the square of the edit count, so a 64 KiB document rewritten with
+its lines shuffled would cost minutes of CPU and hold up every other lane of the worker.
+Past the budget the diff gives up and the lane gets a snapshot, which every subscriber
+applies; Mastra would emit the (huge) delta. Below the budget the ``mastra`` output is
+jsdiff's, byte for byte.
+
 The ``compact`` policy (ours, the worker default) changes only the last two rules: a
 delta is sent only when it is smaller, in tokens, than the snapshot, and JSON documents
 get RFC 7396 merge-patch deltas (``patch="json-merge-patch"``) when applying the patch
@@ -33,6 +41,7 @@ from signals.models import Attributes, Format, Mode, Scope
 from signals.tokens import approx_tokens
 
 __all__ = (
+    "DEFAULT_MAX_DIFF_EDITS",
     "POLICIES",
     "Policy",
     "Proposal",
@@ -45,6 +54,11 @@ Policy = Literal["mastra", "compact"]
 POLICIES: tuple[Policy, ...] = ("mastra", "compact")
 UNIFIED_DIFF: Final = "unified-diff"
 JSON_MERGE_PATCH: Final = "json-merge-patch"
+DEFAULT_MAX_DIFF_EDITS: Final = 400
+"""The diff budget, in line insertions plus deletions: at most about 80,000 steps of the
+Myers search (edit length E visits E + 1 diagonals), which bounds one write's diff to
+tens of milliseconds of CPU whatever its shape (``make bench``: worst write), while an
+edit of up to about 200 lines in place, or 400 lines inserted or removed, is a delta."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +88,7 @@ def decide(
     policy: Policy = "mastra",
     configured: bool = True,
     force_snapshot: bool = False,
+    max_diff_edits: int | None = DEFAULT_MAX_DIFF_EDITS,
 ) -> Proposal | None:
     """Decide what the lane emits for the stored ``data``; ``None`` means nothing new.
 
@@ -88,6 +103,11 @@ def decide(
         configured: ``False`` when no template is configured (never a signal).
         force_snapshot: emit a snapshot even where a delta would do (the worker's
             every-K-th-signal rule); dedup still applies.
+        max_diff_edits: the diff budget, in line insertions plus deletions (the cost of
+            the diff grows with its square): past it the diff gives up and the lane gets
+            a snapshot instead of a delta, in both policies. ``None``: no limit, Mastra's
+            behaviour even on pathological rewrites (minutes of CPU for a shuffled 64 KiB
+            document).
     """
     if not configured or data is None:
         return None
@@ -98,24 +118,26 @@ def decide(
     if has_snapshot and current_cache_key == key:
         return None
     if has_snapshot and prior and not force_snapshot:
-        delta = _delta(prior, contents, fmt=fmt, scope=scope, key=key, policy=policy)
+        delta = _delta(prior, contents, fmt=fmt, scope=scope, key=key, policy=policy, budget=max_diff_edits)
         if delta is not None:
             return delta
     return Proposal("snapshot", key, contents, contents, Attributes(format=fmt, scope=scope))
 
 
 def _delta(
-    prior: str, contents: str, *, fmt: Format, scope: Scope, key: str, policy: Policy
+    prior: str, contents: str, *, fmt: Format, scope: Scope, key: str, policy: Policy, budget: int | None
 ) -> Proposal | None:
     if fmt == "markdown":
         if policy == "mastra":
-            patch = unified_patch(prior, contents)
+            patch = unified_patch(prior, contents, max_edits=budget)
+            if patch is None:
+                return None  # over the diff budget: a snapshot (Mastra would send the delta)
         else:
             # Past this many edited lines the patch outweighs the snapshot: stop early.
-            patch = compact_patch(prior, contents, max_edits=2 * contents.count("\n") + 16)
+            size = 2 * contents.count("\n") + 16
+            patch = compact_patch(prior, contents, max_edits=size, search_edits=budget)
             if patch is None or approx_tokens(patch) >= approx_tokens(contents):
                 return None
-        assert patch is not None
         attrs = Attributes(format=fmt, scope=scope, patch=UNIFIED_DIFF)
         return Proposal("delta", key, patch, contents, attrs)
     if policy == "compact":
