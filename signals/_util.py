@@ -1,10 +1,21 @@
-"""Small shared helpers: timestamps, Lua script loading, Redis connections."""
+"""Small shared helpers: timestamps, Lua script loading, Redis connections.
+
+:func:`connect` is where the library meets redis-py, so it is where redis-py's failure
+modes become this library's: a URL redis-py would refuse (or a TLS option that would
+silently weaken verification) is :class:`~signals.errors.InvalidInputError` before any
+connection, TLS files are checked up front and named when unusable, and the replies of a
+Redis that refuses work for a while (out of memory, loading, read-only replica) raise
+errors that are both the redis-py class and :class:`~signals.errors.RedisBusyError`.
+"""
 
 from __future__ import annotations
 
+import ssl
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
 
 import hiredis
 from redis import exceptions as redis_exc
@@ -15,8 +26,12 @@ from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
 
 from signals._time import now_iso
+from signals.errors import InvalidInputError, RedisBusyError
 
-__all__ = ("Client", "Entry", "connect", "lindex", "lua", "now_iso", "queue_script", "smembers", "xrange", "xread")
+__all__ = (
+    "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError", "TLSOptions", "connect",
+    "lindex", "lua", "now_iso", "queue_script", "redact_url", "smembers", "xrange", "xread",
+)
 
 Client = Redis | RedisCluster
 """A redis.asyncio client: one server (or a replicated primary), or a Redis Cluster."""
@@ -28,28 +43,230 @@ def lua(name: str) -> str:
     return resources.files("signals").joinpath("lua", name + ".lua").read_text("utf-8")
 
 
-def connect(url: str, *, cluster: bool = False, **kwargs: object) -> Client:
+@dataclass(frozen=True, slots=True)
+class TLSOptions:
+    """TLS for a ``rediss://`` connection (see :func:`connect`); the only way to set it.
+
+    The server's certificate is always verified (chain and host name) unless
+    ``insecure_skip_verify`` is set; URL query options such as ``ssl_cert_reqs=none`` are
+    refused, so verification cannot be turned off by a URL copied from somewhere.
+
+    Attributes:
+        ca_file: PEM file of the CA certificate(s) the server's certificate must chain
+            to; ``None``: the system's trust store.
+        cert_file: PEM client certificate, for servers that authenticate clients
+            (``tls-auth-clients yes``).
+        key_file: PEM private key of ``cert_file`` (unencrypted); ``None``: the key is in
+            ``cert_file``.
+        insecure_skip_verify: do not verify the server at all. Anyone on the network path
+            can then impersonate Redis and read or forge every signal: for a test bench
+            only.
+    """
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    insecure_skip_verify: bool = False
+
+    def check(self) -> None:
+        """Refuse missing, unreadable or malformed files, naming the file.
+
+        Raises:
+            InvalidInputError: a file cannot be read, the CA file holds no certificate,
+                or the client certificate and key do not load as a pair.
+        """
+        if self.key_file and not self.cert_file:
+            raise InvalidInputError("a TLS client key needs its client certificate (cert_file)")
+        for what, path in (("CA file", self.ca_file), ("client certificate", self.cert_file),
+                           ("client key", self.key_file)):
+            if path is not None:
+                _check_readable(path, f"TLS {what}")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if self.ca_file:
+            try:
+                context.load_verify_locations(cafile=self.ca_file)
+            except (ssl.SSLError, ValueError) as e:
+                raise InvalidInputError(f"TLS CA file {self.ca_file}: no PEM certificate in it ({e})") from e
+        if self.cert_file:
+            try:  # an empty password: an encrypted key fails here instead of prompting on the tty
+                context.load_cert_chain(self.cert_file, self.key_file, password=b"")
+            except (ssl.SSLError, ValueError) as e:
+                names = self.cert_file + (f" and key {self.key_file}" if self.key_file else "")
+                raise InvalidInputError(f"TLS client certificate {names}: not a PEM certificate with its "
+                                        f"unencrypted private key ({e})") from e
+
+    def redis_options(self) -> dict[str, object]:
+        """The redis-py ``ssl_*`` keyword arguments."""
+        options: dict[str, object] = {"ssl_ca_certs": self.ca_file, "ssl_certfile": self.cert_file,
+                                      "ssl_keyfile": self.key_file}
+        if self.insecure_skip_verify:
+            options.update(ssl_cert_reqs="none", ssl_check_hostname=False)
+        else:
+            options.update(ssl_cert_reqs="required", ssl_check_hostname=True)
+        return options
+
+
+def _check_readable(path: str, what: str) -> None:
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        raise InvalidInputError(f"{what} {path}: {e.strerror or e}") from e
+
+
+_SCHEMES = ("redis", "rediss", "unix")
+#: URL query options that would override (or weaken) the TLS options, and what to use instead.
+_SKIP_VERIFY = "the tls_insecure_skip_verify setting (--tls-insecure-skip-verify; TLSOptions.insecure_skip_verify)"
+_TLS_SETTING = {
+    "ssl_cert_reqs": _SKIP_VERIFY,
+    "ssl_check_hostname": _SKIP_VERIFY,
+    "ssl_exclude_verify_flags": _SKIP_VERIFY,
+    "ssl_ca_certs": "the tls_ca_file setting (--tls-ca; TLSOptions.ca_file)",
+    "ssl_ca_path": "the tls_ca_file setting (--tls-ca; TLSOptions.ca_file)",
+    "ssl_ca_data": "the tls_ca_file setting (--tls-ca; TLSOptions.ca_file)",
+    "ssl_certfile": "the tls_cert_file setting (--tls-cert; TLSOptions.cert_file)",
+    "ssl_keyfile": "the tls_key_file setting (--tls-key; TLSOptions.key_file)",
+}
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for messages and logs)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rsplit("@", 1)
+        user = netloc[0].split(":", 1)[0]
+        return parts._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def _check_url(url: object, tls: TLSOptions | None) -> str:
+    """Refuse a URL redis-py would refuse at its first command, or one that overrides TLS."""
+    if not isinstance(url, str):
+        raise InvalidInputError(f"the Redis URL must be a string, not {type(url).__name__}")
+    try:
+        url.encode("utf-8")
+        parts = urlsplit(url)
+        query = parse_qs(parts.query, keep_blank_values=True)
+    except (UnicodeEncodeError, ValueError) as e:
+        raise InvalidInputError(f"Redis URL {redact_url(url)!r} is malformed: {e}") from e
+    shown = redact_url(url)
+    if "://" not in url or parts.scheme not in _SCHEMES:
+        scheme = f"scheme {parts.scheme!r}" if "://" in url else "no scheme"
+        raise InvalidInputError(f"Redis URL {shown!r} has {scheme}: it must start with redis://, rediss:// "
+                                "(TLS) or unix://")
+    for name in query:
+        if name.lower().startswith("ssl"):
+            instead = _TLS_SETTING.get(name.lower(), "the tls_* settings (TLSOptions)")
+            raise InvalidInputError(f"Redis URL option {name!r} is refused: TLS is configured only through the "
+                                    f"TLS settings, which it would silently override; use {instead} instead")
+    if tls is not None and parts.scheme != "rediss":
+        raise InvalidInputError(f"TLS settings need a rediss:// Redis URL, not {parts.scheme}://")
+    return parts.scheme
+
+
+def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, **kwargs: object) -> Client:
     """A redis.asyncio client for ``url`` speaking RESP2 with ``str`` replies.
 
     RESP2 is pinned: redis-py 8 defaults to RESP3 but still shapes some replies as RESP2,
     and every reply this package parses is written against RESP2. With ``cluster`` the
     URL names any node of a Redis Cluster; the client discovers the rest. Its socket
     timeout is off, as for a single server, since subscriptions block for seconds.
+
+    ``rediss://`` URLs speak TLS and always verify the server (against ``tls.ca_file``,
+    else the system's trust store) unless ``tls.insecure_skip_verify``; ``tls`` needs a
+    ``rediss://`` URL, and TLS cannot be set through ``ssl_*`` URL options or keyword
+    arguments. On one server, a reply refusing work for a while (``OOM``, ``LOADING``,
+    ``READONLY``) raises an error that is both redis-py's class (``OutOfMemoryError``,
+    ``BusyLoadingError``, ``ReadOnlyError``) and :class:`~signals.errors.RedisBusyError`.
+
+    Raises:
+        InvalidInputError: a malformed URL or unknown scheme, an ``ssl_*`` URL option or
+            keyword, TLS options on a URL that is not ``rediss://``, an unusable TLS file.
     """
+    _check_url(url, tls)
+    refused = sorted(k for k in kwargs if k.startswith("ssl"))
+    if refused:
+        raise InvalidInputError(f"pass TLS options as tls=TLSOptions(...), not {', '.join(refused)}")
     options: dict[str, object] = {"protocol": 2, "decode_responses": True}
-    if cluster:
-        options["socket_timeout"] = None
-        options.update(kwargs)
-        return RedisCluster.from_url(url, **options)
+    if tls is not None:
+        tls.check()
+        options.update(tls.redis_options())
     options.update(kwargs)
-    client = Redis.from_url(url, **options)  # type: ignore[arg-type]
+    try:
+        if cluster:
+            options["socket_timeout"] = None
+            return RedisCluster.from_url(url, **options)
+        client = Redis.from_url(url, **options)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise InvalidInputError(f"Redis URL {redact_url(url)!r}: {e}") from e
     pool = client.connection_pool
     if pool.connection_kwargs.get("encoding", "utf-8") == "utf-8":
         pool.connection_class = _hiredis_packing(pool.connection_class)
+    else:
+        pool.connection_class = _busy_errors(pool.connection_class)
     return client
 
 
-class _HiredisPacking:
+class RedisOutOfMemoryError(redis_exc.OutOfMemoryError, RedisBusyError):
+    """Redis is at ``maxmemory`` and refuses writes (``OOM``, under ``noeviction``)."""
+
+    condition = "out of memory (maxmemory reached)"
+
+
+class RedisLoadingError(redis_exc.BusyLoadingError, RedisBusyError):
+    """Redis is loading its dataset and answers nothing yet (``LOADING``)."""
+
+    condition = "loading its dataset"
+
+
+class RedisReadOnlyError(redis_exc.ReadOnlyError, RedisBusyError):
+    """The server is a read-only replica (``READONLY``): a failover is under way or the URL names a replica."""
+
+    condition = "a read-only replica"
+
+
+_BUSY_REPLIES: dict[str, type[Exception]] = {
+    "OOM": RedisOutOfMemoryError, "LOADING": RedisLoadingError, "READONLY": RedisReadOnlyError,
+}
+
+
+class _BusyErrors:
+    """A connection whose parser raises the busy replies as :class:`RedisBusyError` too.
+
+    redis-py's parsers map an error reply's first word to an exception class through
+    ``EXCEPTION_CLASSES``; the connection gets a subclass of its parser whose table maps
+    ``OOM``, ``LOADING`` and ``READONLY`` to subclasses of the classes redis-py would
+    raise, so every ``except`` written against redis-py still catches them.
+    """
+
+    def set_parser(self, parser_class: type[Any]) -> None:
+        super().set_parser(_busy_parser(parser_class))  # type: ignore[misc]
+
+
+_BUSY_PARSERS: dict[type[Any], type[Any]] = {}
+
+
+def _busy_parser(base: type[Any]) -> type[Any]:
+    """``base`` with the busy replies mapped to this library's classes; one class per base."""
+    if base not in _BUSY_PARSERS:
+        table = {**base.EXCEPTION_CLASSES, **_BUSY_REPLIES}
+        _BUSY_PARSERS[base] = type(base.__name__, (base,), {"EXCEPTION_CLASSES": table})
+    return _BUSY_PARSERS[base]
+
+
+_BUSY_CLASSES: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+
+
+def _busy_errors(base: type[AbstractConnection]) -> type[AbstractConnection]:
+    if base not in _BUSY_CLASSES:
+        _BUSY_CLASSES[base] = type(base.__name__, (_BusyErrors, base), {})
+    return _BUSY_CLASSES[base]
+
+
+class _HiredisPacking(_BusyErrors):
     """Serialise commands with hiredis's C packer.
 
     redis-py's synchronous client packs with hiredis when it is installed; its asyncio

@@ -1,11 +1,16 @@
 """Encoders and typed decoders, built once at import; stream fields <-> Structs.
 
 A signal, write event or delivery is one stream entry with one field holding its JSON.
+Every decoder reports bad input as ``msgspec.DecodeError`` (or ``ValidationError`` for a
+typed one), including the two failures msgspec itself raises otherwise: JSON nested
+deeper than its recursion limit (``RecursionError``) and ``str`` input holding lone
+surrogates, which is not UTF-8 (``UnicodeEncodeError``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -32,6 +37,18 @@ _delivery = msgspec.json.Decoder(Delivery)
 _dead = msgspec.json.Decoder(DeadLetter)
 _any = msgspec.json.Decoder()
 
+T = TypeVar("T")
+
+
+def _decoding(decode: Callable[[str | bytes], T], data: str | bytes) -> T:
+    """``decode(data)`` with every malformed-input failure as ``msgspec.DecodeError``."""
+    try:
+        return decode(data)
+    except RecursionError as e:
+        raise msgspec.DecodeError("JSON is nested too deeply") from e
+    except UnicodeEncodeError as e:
+        raise msgspec.DecodeError(f"not valid UTF-8 text (a lone surrogate at position {e.start})") from e
+
 
 def encode(obj: Any) -> bytes:
     """Encode a Struct (or any JSON-able value) as compact JSON."""
@@ -45,24 +62,24 @@ def encode_json(obj: Any) -> str:
 
 def decode_json(data: str | bytes) -> Any:
     """Decode untyped JSON; raises ``msgspec.DecodeError`` on bad input."""
-    return _any.decode(data)
+    return _decoding(_any.decode, data)
 
 
 def decode_signal(data: str | bytes) -> Signal:
     """Decode a signal; raises ``msgspec.ValidationError``/``DecodeError`` on bad input."""
-    return _signal.decode(data)
+    return _decoding(_signal.decode, data)
 
 
 def decode_write(data: str | bytes) -> WriteEvent:
     """Decode a write event; raises ``msgspec.ValidationError``/``DecodeError`` on bad input."""
-    return _write.decode(data)
+    return _decoding(_write.decode, data)
 
 
 def decode_delivery(data: str | bytes) -> Delivery:
     """Decode a delivery record."""
-    return _delivery.decode(data)
+    return _decoding(_delivery.decode, data)
 
 
 def decode_dead_letter(data: str | bytes) -> DeadLetter:
     """Decode a dead letter."""
-    return _dead.decode(data)
+    return _decoding(_dead.decode, data)

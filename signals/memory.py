@@ -8,10 +8,16 @@ refused (:class:`~signals.errors.EmptyTemplateOverwriteError`): that is how a mo
 Schema mode stores JSON and merges (:func:`~signals.merge.deep_merge`: objects
 deep-merge, ``null`` deletes, arrays replace). The merged document is validated against
 the user's schema, a pydantic model class or a JSON Schema dict; a failure names every
-failing field and nothing is stored. Documents are serialised as compact JSON in key
-order, integral floats printed as integers (what ``JSON.stringify`` gives).
+failing field and nothing is stored. A merge update must be plain JSON, at most
+:data:`~signals.merge.MAX_DEPTH` (64) objects/arrays deep: NaN, infinities, bytes, sets,
+tuples, non-string keys and lone surrogates are refused with the path of the bad value
+(see :func:`~signals.merge.check_json_value`), never stored as something else.
+Documents are serialised as compact JSON in key order, integral floats printed as
+integers (what ``JSON.stringify`` gives).
 
-Every document is checked against the configured size limit (UTF-8 bytes).
+Every document is checked against the configured size limit (UTF-8 bytes), and must be
+UTF-8 text: a ``str`` with lone surrogates (undecodable bytes smuggled in with
+``surrogateescape``) is refused with :class:`~signals.errors.InvalidInputError`.
 """
 
 from __future__ import annotations
@@ -25,12 +31,13 @@ from jsonschema import Draft202012Validator
 
 from signals.codec import decode_json, encode_json
 from signals.errors import (
+    CorruptDataError,
     DocumentTooLargeError,
     EmptyTemplateOverwriteError,
     InvalidInputError,
     SchemaValidationError,
 )
-from signals.merge import deep_merge, normalise_numbers
+from signals.merge import check_json_value, deep_merge, normalise_numbers
 from signals.models import Format, Scope
 
 __all__ = (
@@ -109,6 +116,12 @@ def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -
     """Template mode: the new document, after the empty-template guard and the size check."""
     if not isinstance(new, str):
         raise InvalidInputError("template-mode working memory must be a string")
+    try:
+        new.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInputError(
+            f"working memory is not valid UTF-8 text (a lone surrogate at position {e.start})"
+        ) from e
     if existing and config.template:
         template = _words(config.template)
         if _words(new) == template and _words(existing) != template:
@@ -121,7 +134,12 @@ def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -
 
 
 def parse_merge_input(update: str | dict[str, Any]) -> dict[str, Any]:
-    """Accept a merge update as a dict or JSON text; it must be a JSON object."""
+    """Accept a merge update as a dict or JSON text; it must be a plain JSON object.
+
+    Raises:
+        InvalidInputError: not JSON, not an object, or holding a value JSON cannot
+            represent exactly, or nested too deeply (see :func:`check_json_value`).
+    """
     if isinstance(update, str):
         try:
             update = decode_json(update)
@@ -131,6 +149,7 @@ def parse_merge_input(update: str | dict[str, Any]) -> dict[str, Any]:
         raise InvalidInputError(
             f"merge input must be a JSON object, got {type(update).__name__}"
         )
+    check_json_value(update)
     return update
 
 
@@ -143,8 +162,11 @@ def apply_merge(
     if existing:
         try:
             current = decode_json(existing)
+            check_json_value(current, what="stored working memory")
         except msgspec.DecodeError as e:
-            raise InvalidInputError(f"stored working memory is not JSON: {e}") from e
+            raise CorruptDataError(f"stored working memory is not JSON: {e}") from e
+        except InvalidInputError as e:
+            raise CorruptDataError(str(e)) from e
     merged = normalise_numbers(deep_merge(current, patch))
     if config.schema is not None:
         _validate(merged, config.schema)

@@ -5,13 +5,102 @@ deletes a key, arrays (and every other value) replace whole, keys keep their fir
 position and new keys are appended. :func:`merge_patch` builds the smallest RFC 7396
 patch from one object to another; applying it with :func:`deep_merge` gives the target
 back whenever the target holds no ``null`` member (callers verify, see the processor).
+
+:func:`check_json_value` is the gate in front of both: a merge update (or a stored
+document) must be plain JSON, at most :data:`MAX_DEPTH` containers deep, or it is refused
+before anything recurses into it.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
-__all__ = ("deep_merge", "merge_patch", "normalise_numbers")
+from signals.errors import InvalidInputError
+
+__all__ = ("MAX_DEPTH", "check_json_value", "deep_merge", "json_path", "merge_patch", "normalise_numbers")
+
+#: The deepest nesting of objects and arrays accepted in a JSON working-memory document
+#: or merge update: ``{"a": {"b": 1}}`` is 2 deep. Far beyond any real working memory,
+#: far below where recursion over it (merge, diff, encoding) could exhaust the stack.
+MAX_DEPTH = 64
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def json_path(parts: tuple[str | int, ...]) -> str:
+    """A value's place in a document: ``$``, ``$.a.b[2]``, ``$['odd key']``; a deep path
+    keeps its first six and last three steps (``$.a.b.c.d.e.f…x.y.z``)."""
+    steps = [f"[{p}]" if isinstance(p, int) else "." + p if _PLAIN_KEY.fullmatch(p) else f"[{p[:40]!r}]"
+             for p in parts]
+    if len(steps) > 12:
+        steps = [*steps[:6], "…", *steps[-3:]]
+    return "$" + "".join(steps)
+
+
+def _bad_text(text: str) -> int | None:
+    """The position of the first lone surrogate (not UTF-8 encodable), or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
+
+
+def check_json_value(value: Any, *, what: str = "merge input", max_depth: int = MAX_DEPTH) -> None:
+    """Refuse anything JSON cannot represent exactly, naming the path of the bad value.
+
+    Accepted: ``dict`` with ``str`` keys, ``list``, ``str``, ``int``, finite ``float``,
+    ``bool`` and ``None``, nested at most ``max_depth`` containers deep. Refused, with
+    :class:`~signals.errors.InvalidInputError`: NaN and infinities (JSON has no such
+    numbers; they would be stored as ``null``), ``bytes`` (stored as base64 text),
+    ``set``, ``frozenset`` and ``tuple`` (stored as arrays and read back as lists: the
+    document would not read back equal to what was written; pass a list), non-string keys
+    (stored as strings), strings with lone surrogates (not UTF-8), any other object, and
+    nesting deeper than ``max_depth``. The walk is iterative: it never recurses, so a
+    hostile depth cannot exhaust the stack here.
+    """
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict | list):
+            if len(path) >= max_depth:
+                raise InvalidInputError(f"{what}: nested deeper than {max_depth} objects/arrays "
+                                        f"(at {json_path(path)})")
+            if isinstance(item, list):
+                stack.extend((v, (*path, i)) for i, v in enumerate(item))
+            else:
+                for key, v in item.items():
+                    _check_key(key, path, what)
+                    stack.append((v, (*path, key)))
+        else:
+            _check_scalar(item, path, what)
+
+
+def _check_key(key: object, path: tuple[str | int, ...], what: str) -> None:
+    if not isinstance(key, str):
+        raise InvalidInputError(f"{what}: key {key!r} in the object at {json_path(path)} is a "
+                                f"{type(key).__name__}: JSON object keys are strings")
+    position = _bad_text(key)
+    if position is not None:
+        raise InvalidInputError(f"{what}: a key in the object at {json_path(path)} is not valid UTF-8 text "
+                                f"(a lone surrogate at position {position})")
+
+
+def _check_scalar(item: object, path: tuple[str | int, ...], what: str) -> None:
+    if isinstance(item, str):
+        position = _bad_text(item)
+        if position is not None:
+            raise InvalidInputError(f"{what}: the string at {json_path(path)} is not valid UTF-8 text "
+                                    f"(a lone surrogate at position {position})")
+    elif isinstance(item, float):
+        if not math.isfinite(item):
+            raise InvalidInputError(f"{what}: {item!r} at {json_path(path)} is not a JSON number")
+    elif not (isinstance(item, bool | int) or item is None):
+        hint = "; pass a list" if isinstance(item, tuple | set | frozenset) else ""
+        raise InvalidInputError(f"{what}: a {type(item).__name__} at {json_path(path)} is not a JSON "
+                                f"value (use dict, list, str, int, float, bool or None{hint})")
 
 
 def deep_merge(existing: Any, update: Any) -> dict[str, Any]:
