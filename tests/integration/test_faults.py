@@ -1,4 +1,4 @@
-"""Faults against real redis-server processes: killed workers, a restarted Redis, poison, ACLs."""
+"""Faults against real redis-server processes: killed workers, a restarted Redis, poison (ACLs: test_acl.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
 from signals._util import connect
@@ -16,7 +15,6 @@ from signals.codec import FIELD, decode_dead_letter, encode_json
 from signals.keys import GROUP, Keys
 from signals.models import WriteEvent
 from signals.store import WorkingMemoryStore
-from signals.subscribe import Subscription
 from tests.integration.helpers import (
     check_lane,
     lanes_of,
@@ -28,7 +26,6 @@ from tests.integration.helpers import (
 from workers.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
-DEPLOY = Path(__file__).parents[2] / "deploy"
 
 
 async def _write_rounds(store: WorkingMemoryStore, lanes: int, rounds: int, tag: str) -> None:
@@ -182,47 +179,6 @@ async def test_poison_events_are_dead_lettered(redis_server: RedisServer, redis:
     assert any("unknown lane 'r:ghost'" in r for r in reasons)
     assert all(r.startswith("poison") for r in reasons)
     assert (await check_lane(redis, keys, "r:good"))[-1].value == "# ok\n- still working"
-
-
-async def test_acl_users_work_and_are_refused_outside_their_keys(tmp_path: Path) -> None:
-    """deploy/users.acl: the writer and worker users run the pipeline; other keys are refused."""
-    acl = tmp_path / "users.acl"
-    acl.write_text((DEPLOY / "users.acl").read_text())
-    server = RedisServer(extra=["--aclfile", str(acl)]).start()
-    keys = Keys("wm", 4)
-    try:
-        writer_url = f"redis://wm-writer:writer-secret@127.0.0.1:{server.port}/0"
-        worker_url = f"redis://wm-worker:worker-secret@127.0.0.1:{server.port}/0"
-        writer = connect(writer_url)
-        # the worker creates the groups; the writer only appends through the write script
-        async with running_workers(worker_url, keys, 1):
-            store = WorkingMemoryStore(writer, keys=keys)
-            facts = "\n".join(f"- fact {i}: something worth remembering" for i in range(10))
-            await store.replace("alice", f"# Alice\n- likes tea\n{facts}")
-            await store.replace("alice", f"# Alice\n- likes coffee\n{facts}")
-            watcher = connect(worker_url)
-            await wait_caught_up(watcher, keys)
-            signals = await check_lane(watcher, keys, "r:alice")
-            assert [s.mode for s in signals] == ["snapshot", "delta"]
-            # an agent loop with the writer's credentials can subscribe
-            chain = await Subscription(writer, keys, "r:alice").bootstrap()
-            assert [m.signal.version for m in chain] == [1, 2]
-            await watcher.aclose()
-        with pytest.raises(redis_exc.NoPermissionError):
-            await writer.set("other:key", "x")
-        with pytest.raises(redis_exc.NoPermissionError):
-            await writer.get("other:key")
-        with pytest.raises(redis_exc.NoPermissionError):
-            await writer.xack(keys.writes(0), GROUP, "0-1")
-        worker = connect(worker_url)
-        with pytest.raises(redis_exc.NoPermissionError):
-            await worker.hset("elsewhere", "a", "b")
-        with pytest.raises(redis_exc.NoPermissionError):
-            await worker.flushdb()
-        await worker.aclose()
-        await writer.aclose()
-    finally:
-        server.stop()
 
 
 def test_embedded_server_starts_and_stops() -> None:

@@ -1,0 +1,296 @@
+"""Least-privilege Redis ACL users for one namespace, generated from the key layout.
+
+What it does: a table of roles (worker, writer, reader, agent, operator) says, per key
+kind of :class:`~signals.keys.Keys`, which commands a role may run and whether it needs
+read or read-write access; :func:`acl_file` renders the table as a Redis 7 ACL file for
+one namespace, with key patterns from :meth:`Keys.pattern` (so patterns cannot drift
+from keys) and passwords stored only as SHA-256 hashes.
+
+What it does not do: no I/O, no Redis import; it neither loads nor checks the file (the
+tests run every role against a real redis-server: ``ACL DRYRUN`` over the whole command
+table, the pipeline end to end, and the attacks of issue 10).
+
+Why selectors: Lua scripts run their commands under the caller's ACL, so any command a
+role's scripts call, the role can also call directly. Each command is therefore allowed
+only on the key kinds that need it, with selectors ``(...)``: a writer may
+``SET`` idempotency keys but no other key, ``XADD`` its write streams but no signal
+stream. Redis 7.0 checks EVAL/EVALSHA against read and write permission on every
+declared key *within one selector that also allows the command*: the root selector of a
+role therefore holds only the connection commands, the scripting commands and read-write
+patterns of exactly the kinds its scripts declare (see :data:`SCRIPTS`). A command's keys
+must also all match one selector, so the selectors group commands by the set of kinds
+they are allowed on (``DEL`` of a signal stream and its snapshot list in one call).
+
+A namespace is the tenant boundary: every pattern is under ``<namespace>:``, never
+``~*``, and user names are ``<namespace>-<role>`` (``wm-worker`` for ``wm``) so the
+users of several namespaces can share one server. Within a namespace, a role's rights
+cover every lane: any agent user can append to any thread's delivery log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from signals.errors import InvalidInputError
+from signals.keys import Keys
+
+__all__ = ("BASE_COMMANDS", "CLUSTER_COMMANDS", "ROLES", "SCRIPTS", "Grant", "Role", "Script", "acl_file",
+           "acl_users", "allowed_commands", "grants_of", "user_name")
+
+Access = Literal["R", "RW"]
+
+#: Key kinds in rendering order (the order of :class:`~signals.keys.Keys`).
+KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv", "writes", "dlq", "fails", "lanes", "config")
+
+#: What every user may run: connect (redis-py sends AUTH, or HELLO with RESP3; SETNAME
+#: and SELECT when configured), ping, and read server info. redis-py also sends
+#: ``CLIENT SETINFO``, which Redis 7.0 does not know (the rule would not load) and whose
+#: refusal on 7.2+ redis-py ignores.
+BASE_COMMANDS = ("ping", "hello", "auth", "client|setname", "select", "info")
+
+#: What redis-py's RedisCluster adds: the slot map (CLUSTER SLOTS), the command table and
+#: key positions (COMMAND, COMMAND GETKEYS), and ASKING while a slot migrates.
+CLUSTER_COMMANDS = ("cluster|slots", "command", "asking")
+
+#: Commands that load and run scripts (redis-py: EVALSHA, SCRIPT LOAD on NOSCRIPT, SCRIPT
+#: EXISTS before a pipeline, EVAL in cluster pipelines).
+SCRIPT_COMMANDS = ("evalsha", "eval", "script|load", "script|exists")
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Commands a role may run on the keys of one kind, with read or read-write access."""
+
+    access: Access
+    commands: tuple[str, ...]
+
+    def __or__(self, other: Grant) -> Grant:
+        access: Access = "RW" if "RW" in (self.access, other.access) else "R"
+        return Grant(access, tuple(dict.fromkeys((*self.commands, *other.commands))))
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A bundled Lua script: the key kinds it declares, and the commands it calls per kind.
+
+    Keep in step with ``signals/lua/<name>.lua`` (a test compares the calls).
+    """
+
+    declares: tuple[str, ...]
+    calls: Mapping[str, tuple[str, ...]]
+
+
+#: The scripts, by file name.
+SCRIPTS: Mapping[str, Script] = {
+    # KEYS: doc, writes, idem (or doc), thread (or doc), lanes
+    "write": Script(("doc", "writes", "idem", "thread", "lanes"), {
+        "doc": ("hmget", "hset"), "writes": ("xadd",), "idem": ("get", "set"),
+        "thread": ("hget", "hset"), "lanes": ("sadd",)}),
+    # KEYS: thread
+    "thread": Script(("thread",), {"thread": ("hget", "hset")}),
+    # KEYS: writes, then per lane: trk, sig, snaps (type-checked; mistyped ones deleted)
+    "commit": Script(("writes", "trk", "sig", "snaps"), {
+        "writes": ("xack",), "trk": ("type", "del", "hget", "hset"),
+        "sig": ("type", "del", "xrevrange", "xadd", "xtrim"),
+        "snaps": ("type", "del", "rpush", "llen", "lpop", "lindex")}),
+    # KEYS: writes, dlq, fails
+    "dead_letter": Script(("writes", "dlq", "fails"), {
+        "writes": ("xack",), "dlq": ("xadd",), "fails": ("hdel",)}),
+    # KEYS: dlq, writes
+    "requeue": Script(("dlq", "writes"), {"dlq": ("xdel",), "writes": ("xadd",)}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """A user: the scripts it runs, and what it runs directly per key kind."""
+
+    scripts: tuple[str, ...] = ()
+    grants: Mapping[str, Grant] = field(default_factory=dict)
+
+    def __or__(self, other: Role) -> Role:
+        """The union of two roles (an agent loop that also writes: writer | reader)."""
+        return Role(tuple(dict.fromkeys((*self.scripts, *other.scripts))), _merge(self.grants, other.grants))
+
+
+def _merge(*tables: Mapping[str, Grant]) -> dict[str, Grant]:
+    out: dict[str, Grant] = {}
+    for table in tables:
+        for kind, grant in table.items():
+            out[kind] = out[kind] | grant if kind in out else grant
+    return out
+
+
+def R(*commands: str) -> Grant:
+    """Read-only access to a kind's keys."""
+    return Grant("R", commands)
+
+
+def RW(*commands: str) -> Grant:
+    """Read-write access to a kind's keys."""
+    return Grant("RW", commands)
+
+
+_SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("lindex", "lrange")}
+
+_WORKER = Role(("commit", "dead_letter"), {
+    # consumer group on the write streams; trimming below the oldest pending entry
+    "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xpending", "xinfo|groups", "xtrim"),
+    "doc": R("hmget", "hget", "exists"),
+    "thread": R("hget"),
+    "trk": RW("hmget", "hget", "hset", "del"),
+    "sig": RW("xadd", "xtrim", "xrange", "xrevrange", "type", "exists", "del"),
+    "snaps": RW("rpush", "lpop", "lindex", "llen", "lrange", "del"),
+    "fails": RW("hincrby", "hdel"),
+    "lanes": R("smembers", "scard"),
+    "config": RW("hsetnx", "hget"),
+})
+
+_WRITER = Role(("write", "thread"), {
+    "doc": R("hmget", "hget"),
+    "thread": R("hget"),
+    **_SIGNAL_READS,
+    "config": RW("hsetnx", "hget"),
+})
+
+_READER = Role((), {
+    **_SIGNAL_READS,
+    "doc": R("hmget", "hget"),
+    "thread": R("hget"),
+    "dlv": RW("xadd", "xrange", "xrevrange"),
+    "config": R("hget"),
+})
+
+_OPERATOR = Role(("requeue",), {
+    # inspect: lengths, groups, consumers, pending; dlq list/show/drop; read-only elsewhere
+    "writes": R("xlen", "xrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream"),
+    "dlq": RW("xrange", "xrevrange", "xlen", "xdel"),
+    "lanes": R("scard", "sscan", "smembers"),
+    "doc": R("hget", "hmget"),
+    "trk": R("hget", "hmget"),
+    "sig": R("xrange", "xrevrange", "xlen"),
+    "snaps": R("lindex", "lrange", "llen"),
+    "thread": R("hget"),
+    "dlv": R("xrange", "xrevrange", "xlen"),
+    "fails": R("hget", "hlen"),
+    "config": R("hget"),
+})
+
+#: The roles, by name (user ``<namespace>-<name>``).
+ROLES: Mapping[str, Role] = {
+    "worker": _WORKER,
+    "writer": _WRITER,
+    "reader": _READER,
+    "agent": _WRITER | _READER,
+    "operator": _OPERATOR,
+}
+
+
+def user_name(keys: Keys, role: str) -> str:
+    """The ACL user of a role in a namespace: ``<namespace>-<role>``."""
+    return f"{keys.namespace}-{role}"
+
+
+def grants_of(role: Role) -> dict[str, Grant]:
+    """Everything a role may run per key kind: its own grants plus its scripts' calls.
+
+    A kind a script declares gets read-write access (EVAL needs it on declared keys).
+    """
+    from_scripts = [{kind: RW(*cmds) for kind, cmds in SCRIPTS[name].calls.items()} for name in role.scripts]
+    declared = {kind: RW() for name in role.scripts for kind in SCRIPTS[name].declares}
+    return _merge(role.grants, *from_scripts, declared)
+
+
+def allowed_commands(role: Role, *, cluster: bool = False) -> frozenset[str]:
+    """Every command (``name`` or ``container|sub``) a role may run on some key, or keyless."""
+    own = {cmd for grant in grants_of(role).values() for cmd in grant.commands}
+    base = (*BASE_COMMANDS, *(CLUSTER_COMMANDS if cluster else ()), *(SCRIPT_COMMANDS if role.scripts else ()))
+    return frozenset((*base, *own))
+
+
+def _pattern(keys: Keys, kind: str, access: Access) -> str:
+    return ("~" if access == "RW" else "%R~") + keys.pattern(kind)
+
+
+def _commands(names: Iterable[str]) -> list[str]:
+    return ["+" + name for name in names]
+
+
+def _selectors(grants: Mapping[str, Grant]) -> list[tuple[tuple[tuple[str, Access], ...], list[str]]]:
+    """Group commands by the key kinds (and access) they are allowed on: one selector each.
+
+    Redis checks all keys of one command against one selector, so a command allowed on
+    several kinds must find them together (``DEL sig snaps`` in the commit script); and a
+    selector must not allow a command on a kind the table does not give it.
+    """
+    where: dict[str, list[tuple[str, Access]]] = {}
+    for kind in KINDS:
+        grant = grants.get(kind)
+        for command in grant.commands if grant else ():
+            where.setdefault(command, []).append((kind, grant.access if grant else "R"))
+    groups: dict[tuple[tuple[str, Access], ...], list[str]] = {}
+    for command, kinds in where.items():
+        groups.setdefault(tuple(kinds), []).append(command)
+    return list(groups.items())
+
+
+def _hash(role: str, password: object) -> str:
+    if not isinstance(password, str) or not password:
+        raise InvalidInputError(f"the password of role {role!r} must be a non-empty string")
+    try:
+        return "#" + hashlib.sha256(password.encode("utf-8")).hexdigest()
+    except UnicodeEncodeError as e:
+        raise InvalidInputError(f"the password of role {role!r} is not valid UTF-8") from e
+
+
+def acl_users(keys: Keys, passwords: Mapping[str, str], *, cluster: bool = False) -> dict[str, list[str]]:
+    """Per user name, its ACL rules in order (one ``ACL SETUSER`` argument each).
+
+    The root selector: connection commands, the scripting commands and a read-write
+    pattern per key kind the role's scripts declare. Then one selector per group of
+    commands allowed on the same key kinds: the kinds' patterns (``~`` read-write,
+    ``%R~`` read-only) and the commands.
+
+    Args:
+        keys: the namespace (the partition count does not matter).
+        passwords: a password per role name in :data:`ROLES`; stored only as SHA-256.
+        cluster: also allow what redis-py's cluster client needs (:data:`CLUSTER_COMMANDS`).
+
+    Raises:
+        InvalidInputError: a role without a password, an unknown role, an empty password.
+    """
+    unknown = sorted(set(passwords) - set(ROLES))
+    if unknown:
+        raise InvalidInputError(f"unknown role(s) {', '.join(unknown)}: the roles are {', '.join(ROLES)}")
+    missing = [role for role in ROLES if role not in passwords]
+    if missing:
+        raise InvalidInputError(f"no password for role(s) {', '.join(missing)}")
+    users: dict[str, list[str]] = {}
+    for name, role in ROLES.items():
+        rules = ["reset", "on", _hash(name, passwords[name]), "resetchannels", "-@all"]
+        rules += _commands(BASE_COMMANDS)
+        if cluster:
+            rules += _commands(CLUSTER_COMMANDS)
+        if role.scripts:
+            rules += _commands(SCRIPT_COMMANDS)
+            declared = {kind for script in role.scripts for kind in SCRIPTS[script].declares}
+            rules += [_pattern(keys, kind, "RW") for kind in KINDS if kind in declared]
+        for kinds, commands in _selectors(grants_of(role)):
+            rules.append("(" + " ".join([*(_pattern(keys, k, a) for k, a in kinds), *_commands(commands)]) + ")")
+        users[user_name(keys, name)] = rules
+    return users
+
+
+def acl_file(keys: Keys, passwords: Mapping[str, str], *, cluster: bool = False) -> str:
+    """The ACL file of a namespace: ``user default off``, then one line per role.
+
+    Deterministic for given passwords (the committed ``deploy/users.acl`` is compared
+    with it). ACL files hold no comments; ``deploy/README.md`` describes the roles.
+    See :func:`acl_users` for the arguments and errors.
+    """
+    lines = ["user default off"]
+    lines += [" ".join(["user", name, *rules]) for name, rules in acl_users(keys, passwords, cluster=cluster).items()]
+    return "\n".join(lines) + "\n"
