@@ -137,8 +137,10 @@ def RW(*commands: str) -> Grant:
 _SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("lindex", "lrange")}
 
 _WORKER = Role(("commit", "dead_letter"), {
-    # consumer group on the write streams; trimming below the oldest pending entry
-    "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xpending", "xinfo|groups", "xtrim"),
+    # consumer group on the write streams; trimming below the oldest pending entry; TYPE:
+    # a partition whose key holds another type is skipped (it would fail every read)
+    "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xpending", "xinfo|groups", "xtrim",
+                 "type"),
     "doc": R("hmget", "hget", "exists"),
     "thread": R("hget"),
     "trk": RW("hmget", "hget", "hset", "del"),

@@ -344,6 +344,18 @@ async def test_roles_run_the_pipeline(server: RedisServer, admin: Redis, clients
         assert await dlq.list() == []
         report = await inspect(operator, keys)
         assert report.totals["pending"] == 0 and report.totals["lag"] == 0
+
+        async def trimmed() -> bool:  # the worker's maintenance (reclaim, trim) ran under its user
+            return all([await operator.xlen(keys.writes(p)) == 0 for p in range(keys.partitions)])
+
+        await _until(trimmed)
+
+    # the operator's commands, as an operator runs them
+    common = ["--redis-url", _url(server, "operator"), "--namespace", "wm", "--partitions", str(keys.partitions)]
+    for command in (["inspect", "--json"], ["dlq", "list"], ["replay", "--resource", "bob", "--verify"],
+                    ["replay", "--thread", "t-e2e", "--deliveries"]):
+        proc = await anyio.run_process([sys.executable, "-m", "workers", *command, *common], cwd=ROOT, check=False)
+        assert proc.returncode == 0, (command, proc.stderr.decode())
     assert await _call(admin, "ACL LOG") == []
 
 
