@@ -40,7 +40,9 @@ __all__ = (
 _COMMON, _ADDED, _REMOVED = 0, 1, 2
 _HEADER = re.compile(r"@@ -(\d+),(\d+) \+(\d+),(\d+) @@")
 _FAR = 1 << 62
-_SHORT_RUN = 8  # common runs up to this long are followed line by line
+_SHORT_RUN = 8  # the Myers loop follows common runs up to this long itself
+_CHUNK = 16  # then _snake compares this many lines at a time
+_GALLOP_AFTER = 256  # and past this many, galloping slices
 _FEW_LINES = 4  # in-place edits up to this many lines skip the Myers search
 
 
@@ -59,6 +61,8 @@ class _Abandoned(Exception):
 
 
 Token = str | tuple[str]
+_OLD_END: Token = ("\n",)  # ends the search appends: no line equals them (none holds a
+_NEW_END: Token = ("\n\n",)  # \n), nor do they equal each other
 
 
 def tokenize(text: str) -> list[Token]:
@@ -86,7 +90,9 @@ def _text(token: Token) -> str:
 _Path = tuple[int, int, object] | None  # (count, kind, previous component): jsdiff's lastComponent chain
 
 
-def _edit_script(old: list[Token], new: list[Token], max_edits: int | None) -> list[tuple[int, int]]:
+def _edit_script(  # noqa: C901 - a faithful port of one algorithm reads best as one function
+    old: list[Token], new: list[Token], max_edits: int | None
+) -> list[tuple[int, int]]:
     """Return jsdiff's component list as ``(kind, count)`` pairs, oldest first.
 
     jsdiff's ``diffWithOptionsObj`` loop, statement for statement, with its ``bestPath``
@@ -104,6 +110,7 @@ def _edit_script(old: list[Token], new: list[Token], max_edits: int | None) -> l
         _Abandoned: no edit script of at most ``max_edits`` insertions plus deletions.
     """
     n_old, n_new = len(old), len(new)
+    old, new = [*old, _OLD_END], [*new, _NEW_END]  # different ends: no common run crosses them
     start = _snake(old, new, 0, 0) - 1
     head: _Path = (start + 1, _COMMON, None) if start >= 0 else None
     if start + 1 >= n_old and start + 1 >= n_new:
@@ -134,8 +141,12 @@ def _edit_script(old: list[Token], new: list[Token], max_edits: int | None) -> l
             paths[at - 1] = None
             path: _Path = (1, kind, last) if last is None or last[1] != kind else (last[0] + 1, kind, last[2])
             new_pos = old_pos - diag
-            if old_pos + 1 < n_old and new_pos + 1 < n_new and old[old_pos + 1] == new[new_pos + 1]:
-                common = _snake(old, new, old_pos + 1, new_pos + 1)
+            if old[old_pos + 1] == new[new_pos + 1]:  # the end markers keep both indexes in range
+                common = 1  # most common runs are short: follow them here (no call)
+                while common < _SHORT_RUN and old[old_pos + 1 + common] == new[new_pos + 1 + common]:
+                    common += 1
+                if common == _SHORT_RUN:
+                    common += _snake(old, new, old_pos + 1 + common, new_pos + 1 + common)
                 old_pos += common
                 new_pos += common
                 path = (common, _COMMON, path)
@@ -154,22 +165,28 @@ def _edit_script(old: list[Token], new: list[Token], max_edits: int | None) -> l
 def _snake(old: list[Token], new: list[Token], i: int, j: int) -> int:
     """Length of the common run of ``old[i:]`` and ``new[j:]`` (jsdiff's extractCommon).
 
-    The first few lines are compared one by one (most runs are short: a repeated blank
-    or list line); longer runs gallop over C-level slice comparisons, so they cost a few
-    slice compares instead of one Python iteration per line.
+    Compares ``_CHUNK``-line slices (one C-level compare each) and finishes line by line;
+    a run longer than ``_GALLOP_AFTER`` lines gallops (doubling slices, then halving), so
+    that even a 60,000-line run costs a few dozen slice compares.
     """
     limit = min(len(old) - i, len(new) - j)
-    low, short = 0, min(limit, _SHORT_RUN)
-    while low < short and old[i + low] == new[j + low]:
+    low = 0
+    while low + _CHUNK <= limit and old[i + low : i + low + _CHUNK] == new[j + low : j + low + _CHUNK]:
+        low += _CHUNK
+        if low >= _GALLOP_AFTER:
+            return low + _gallop(old, new, i + low, j + low, limit - low)
+    while low < limit and old[i + low] == new[j + low]:
         low += 1
-    if low < short or low == limit:
-        return low
-    step = low  # old[i:i+low] == new[j:j+low] holds
+    return low
+
+
+def _gallop(old: list[Token], new: list[Token], i: int, j: int, limit: int) -> int:
+    """:func:`_snake` for long runs: ``limit`` is how far both lists go."""
+    low, step = 0, _CHUNK
     while low < limit:
         size = min(step, limit - low)
         if old[i + low : i + low + size] != new[j + low : j + low + size]:
-            # the mismatch is inside this window: binary search it
-            hi = low + size  # old[i:i+hi] != new[j:j+hi]
+            hi = low + size  # the first difference is in old[i+low:i+hi]: halve the window
             while hi - low > 1:
                 mid = (low + hi) // 2
                 if old[i + low : i + mid] == new[j + low : j + mid]:
