@@ -33,6 +33,7 @@ from signals.keys import GROUP, Keys
 from signals.memory import WorkingMemoryConfig
 from signals.store import WorkingMemoryStore
 from signals.subscribe import Subscription
+from tests.integration.cluster import LocalCluster
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
 from workers.embedded import RedisServer
 
@@ -204,6 +205,24 @@ async def test_each_command_only_on_its_key_kinds(admin: Redis, role: str) -> No
             if not ok:
                 problems.append((cmd, kind, reply))
     assert problems == []
+
+
+@pytest.mark.parametrize("role", list(ROLES))
+async def test_write_access_only_where_a_command_writes(admin: Redis, role: str) -> None:
+    """Each kind a role's table gives read-write access has a command that needs it: with
+    that kind's selectors made read-only, some granted command is refused there."""
+    grants = grants_of(ROLES[role])
+    table = await _command_table(admin)
+    rules = acl_users(KEYS, PASSWORDS)[f"wm-{role}"]
+    for kind, grant in grants.items():
+        if grant.access != "RW" or not grant.commands:
+            continue
+        pattern = KEYS.pattern(kind)
+        narrowed = [r.replace(f"(~{pattern} ", f"(%R~{pattern} ").replace(f" ~{pattern} ", f" %R~{pattern} ")
+                    if r.startswith("(") else r for r in rules]
+        await _call(admin, "ACL SETUSER", "narrowed", *narrowed)
+        replies = [await _dryrun(admin, "narrowed", _args(cmd, table[cmd], SAMPLE[kind])) for cmd in grant.commands]
+        assert any(reply != "OK" for reply in replies), (kind, grant)
 
 
 @pytest.mark.parametrize("role", [r for r in ROLES if ROLES[r].scripts])
@@ -399,6 +418,39 @@ async def test_acl_users_work_and_are_refused_outside_their_keys(tmp_path: Path)
         await writer.aclose()
     finally:
         server.stop()
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """A real three-node Redis Cluster (its default user stays on: the test's admin)."""
+    with LocalCluster() as local:
+        yield local
+
+
+async def test_cluster_users_run_the_pipeline_on_a_cluster(cluster: LocalCluster) -> None:
+    """With ``cluster=True`` the users also have what redis-py's cluster client needs: on a
+    real three-node cluster a writer writes, a worker processes, a reader subscribes, and
+    no node refuses anything (the ACL LOGs stay empty)."""
+    keys = Keys("wm", 8)
+    nodes = [Redis(host="127.0.0.1", port=s.port, decode_responses=True, protocol=2) for s in cluster.servers]
+    for node in nodes:
+        for user, rules in acl_users(keys, PASSWORDS, cluster=True).items():
+            await _call(node, "ACL SETUSER", user, *rules)
+    users = {role: connect(_url(cluster.servers[i % 3], role), cluster=True)
+             for i, role in enumerate(("writer", "reader", "operator"))}
+    store = WorkingMemoryStore(users["writer"], keys=keys)
+    async with running_workers(_url(cluster.servers[2], "worker"), keys, 1, cluster=True):
+        for i in range(6):
+            await store.replace(f"u{i}", f"# User {i}\n- likes tea")
+        await wait_caught_up(users["operator"], keys)
+        for i in range(6):
+            chain = await Subscription(users["reader"], keys, f"r:u{i}").bootstrap()
+            assert chain[-1].value == f"# User {i}\n- likes tea"
+    for client in users.values():
+        await client.aclose()
+    for node in nodes:
+        assert await _call(node, "ACL LOG") == []
+        await node.aclose()
 
 
 # -- the command ------------------------------------------------------------------------
