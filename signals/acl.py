@@ -141,13 +141,15 @@ _WORKER = Role(("commit", "dead_letter"), {
     # a partition whose key holds another type is skipped (it would fail every read)
     "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xpending", "xinfo|groups", "xtrim",
                  "type"),
-    "doc": R("hmget", "hget", "exists"),
+    # each batch reads the lanes' documents, thread owners and (cache misses) tracking
+    "doc": R("hmget"),
     "thread": R("hget"),
-    "trk": RW("hmget", "hget", "hset", "del"),
-    "sig": RW("xadd", "xtrim", "xrange", "xrevrange", "type", "exists", "del"),
-    "snaps": RW("rpush", "lpop", "lindex", "llen", "lrange", "del"),
-    "fails": RW("hincrby", "hdel"),
-    "lanes": R("smembers", "scard"),
+    "trk": RW("hmget"),
+    # the tracking cache rebuilds a delta base from the last signal or the last snapshot on
+    "sig": R("xrevrange", "xrange"),
+    "snaps": R("lindex"),
+    "fails": RW("hincrby"),
+    # the namespace's partition count: recorded once, then checked
     "config": RW("hsetnx", "hget"),
 })
 

@@ -379,7 +379,7 @@ async def test_roles_run_the_pipeline(server: RedisServer, admin: Redis, clients
 
 
 async def test_acl_users_work_and_are_refused_outside_their_keys(tmp_path: Path) -> None:
-    """deploy/users.acl: the writer and worker users run the pipeline; other keys are refused."""
+    """deploy/users.acl as committed: the writer and worker users run the pipeline; other keys are refused."""
     acl = tmp_path / "users.acl"
     acl.write_text((DEPLOY / "users.acl").read_text())
     server = RedisServer(extra=["--aclfile", str(acl)]).start()
@@ -387,12 +387,13 @@ async def test_acl_users_work_and_are_refused_outside_their_keys(tmp_path: Path)
     try:
         writer_url = f"redis://wm-writer:writer-secret@127.0.0.1:{server.port}/0"
         worker_url = f"redis://wm-worker:worker-secret@127.0.0.1:{server.port}/0"
+        operator_url = f"redis://wm-operator:operator-secret@127.0.0.1:{server.port}/0"
         writer = connect(writer_url)
         # the worker creates the groups; the writer only appends through the write script
         async with running_workers(worker_url, keys, 1):
             store = WorkingMemoryStore(writer, keys=keys)
             facts = "\n".join(f"- fact {i}: something worth remembering" for i in range(10))
-            watcher = connect(worker_url)
+            watcher = connect(operator_url)  # reads lanes, documents, tracking and signals
             await store.replace("alice", f"# Alice\n- likes tea\n{facts}")
             await wait_caught_up(watcher, keys)
             await store.replace("alice", f"# Alice\n- likes coffee\n{facts}")
