@@ -37,8 +37,8 @@ from typing import Literal
 from signals.errors import InvalidInputError
 from signals.keys import Keys
 
-__all__ = ("BASE_COMMANDS", "CLUSTER_COMMANDS", "ROLES", "SCRIPTS", "Grant", "Role", "Script", "acl_file",
-           "acl_users", "allowed_commands", "grants_of", "user_name")
+__all__ = ("BASE_COMMANDS", "CLUSTER_COMMANDS", "KINDS", "ROLES", "SCRIPTS", "SCRIPT_COMMANDS", "Grant", "Role",
+           "Script", "acl_file", "acl_users", "allowed_commands", "grants_of", "user_name")
 
 Access = Literal["R", "RW"]
 

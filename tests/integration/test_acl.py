@@ -23,8 +23,9 @@ import pytest
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
+from signals import keys as keys_module
 from signals._util import Client, connect, lua
-from signals.acl import ROLES, SCRIPTS, acl_file, acl_users, allowed_commands, grants_of
+from signals.acl import KINDS, ROLES, SCRIPTS, acl_file, acl_users, allowed_commands, grants_of
 from signals.agent import AgentWorkingMemory
 from signals.deadletters import DeadLetters
 from signals.deliveries import DeliveryLog
@@ -110,6 +111,15 @@ def test_file_holds_hashes_and_namespace_patterns_only() -> None:
         patterns = re.findall(r"~(\S+?)[\s)]", " ".join(rules) + " ")
         assert patterns and all(p.startswith("acme:") for p in patterns), patterns
         assert not any(r.startswith(("&", "allkeys", "allchannels", "nopass", ">")) for r in rules)
+
+
+def test_the_table_names_every_key_kind_and_only_those() -> None:
+    """KINDS are exactly the kinds of the key layout, and the table uses no other (a
+    misspelt kind would otherwise render no selector at all)."""
+    assert set(KINDS) == {*keys_module._LANE_KINDS, *keys_module._PARTITION_KINDS, "config"}
+    used = {kind for role in ROLES.values() for kind in grants_of(role)}
+    used |= {kind for script in SCRIPTS.values() for kind in (*script.declares, *script.calls)}
+    assert used <= set(KINDS), used - set(KINDS)
 
 
 def test_every_script_the_code_runs_is_in_the_table() -> None:
