@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -472,9 +473,18 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, check=False)
 
 
+def _auth(port: int, user: str, secret: str) -> bytes:
+    """The reply to AUTH on a fresh connection (a synchronous test: no event loop)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        parts = [b"AUTH", user.encode(), secret.encode()]
+        sock.sendall(b"*3\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
+        return sock.recv(256)
+
+
 def test_deploy_acl_command(tmp_path: Path) -> None:
     """``deploy acl`` prints the file for the given passwords, makes up and prints the missing
-    ones (stderr, never in the file), writes ``-o``, and exits 2 on bad input."""
+    ones (stderr, never in the file), writes ``-o`` (a redis-server loads it and the printed
+    passwords log in), and exits 2 on bad input."""
     given = [f"--password={role}={secret}" for role, secret in PASSWORDS.items()]
     proc = _cli("--namespace", "wm", *given)
     assert proc.returncode == 0, proc.stderr
@@ -489,6 +499,14 @@ def test_deploy_acl_command(tmp_path: Path) -> None:
     assert proc.stdout == "" and all(secret not in text for secret in made.values())
     passwords = {name.removeprefix("acme-"): secret for name, secret in made.items()} | {"writer": "w"}
     assert text == acl_file(Keys("acme"), passwords, cluster=True)
+    server = RedisServer(extra=["--aclfile", str(out)]).start()
+    try:
+        for user, secret in made.items():
+            assert _auth(server.port, user, secret) == b"+OK\r\n"
+        assert _auth(server.port, "acme-writer", "w") == b"+OK\r\n"
+        assert _auth(server.port, "acme-reader", "w").startswith(b"-WRONGPASS")
+    finally:
+        server.stop()
 
     for bad in (["--password", "worker"], ["--password", "worker="], ["--password", "boss=x"],
                 ["--password", "worker=a", "--password", "wm-worker=b"]):
