@@ -12,6 +12,14 @@ terminator, everything joined with ``\\n``, no file header and no
 It also applies such a patch to the prior text (:func:`apply_patch`), refusing with
 :class:`~signals.errors.PatchError` when a hunk does not fit.
 
+Cost: the Myers search costs about E^2 / 2 steps for E line insertions plus deletions, so
+a long document rewritten wholesale (its lines shuffled) would take minutes. Given a
+limit (``max_edits``; ``search_edits`` for :func:`compact_patch`) the search gives up
+past it, after at most (E + 1)(E + 2) / 2 steps, and the result is ``None``; the
+processor's budget turns that into a snapshot. Within the budget the result
+is exactly the unbounded one (jsdiff's). Mastra calls jsdiff with no limit: this budget
+is the one place where the ``mastra`` policy deviates from it.
+
 What it does not do: no I/O, no context lines (context is always 0), no fuzzy apply.
 Texts are expected not to end with ``\\n`` (working memory is trimmed), which is what
 makes the hunks-only form unambiguous to apply.
