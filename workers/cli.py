@@ -1,7 +1,12 @@
 """The ``wm-signals`` command.
 
-Exit codes: 0 ok, 2 bad input (usage, invalid scenario, refused write), 3 conflict
-(expected version mismatch), 1 any other error; every error is one line on stderr.
+Exit codes: 0 ok, 2 bad input (usage, invalid scenario, refused write, anything
+malformed: an argument or file that is not UTF-8, JSON nested deeper than 64 levels, a
+URL redis-py would refuse, malformed data read from Redis), 3 conflict (expected version
+mismatch), 1 any other error (Redis unreachable or refusing work: out of memory, loading,
+read-only); every error is one line on stderr, never a traceback (set
+``WM_SIGNALS_TRACEBACK=1`` to see one for an unexpected error). Every command-line
+argument must be valid UTF-8, file names included.
 Commands that talk to Redis take ``--redis-url`` (default ``WM_SIGNALS_REDIS_URL``);
 with neither, an embedded Redis server is started for the run and stopped at exit.
 """
@@ -9,15 +14,16 @@ with neither, an embedded Redis server is started for the run and stopped at exi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import msgspec
 from redis import exceptions as redis_exc
 
 from signals.codec import decode_json, encode_json
-from signals.errors import ConflictError, InvalidInputError, WmSignalsError
+from signals.errors import ConflictError, InvalidInputError, RedisBusyError, WmSignalsError
 from signals.processor import POLICIES
 from signals.simulate import run_scenario
 from workers import commands, debug_commands, deploy_commands
@@ -29,11 +35,11 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    source = sys.stdin.read() if args.file in (None, "-") else Path(args.file).read_text("utf-8")
+    source = commands.read_text(args.file or "-", "scenario")
     try:
         scenario = decode_json(source)
     except msgspec.DecodeError as e:
-        raise InvalidInputError(f"scenario is not valid JSON: {e}") from e
+        raise InvalidInputError(f"scenario {args.file or 'stdin'} is not valid JSON: {e}") from e
     lines = [encode_json(row) for row in run_scenario(scenario, policy=args.policy)]
     sys.stdout.write("".join(line + "\n" for line in lines))
     return EXIT_OK
@@ -61,8 +67,64 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_argv(argv: Sequence[str]) -> None:
+    """Refuse an argument that is not valid UTF-8 (Python hands such bytes over as lone
+    surrogates, ``surrogateescape``), naming the option it belongs to."""
+    for i, arg in enumerate(argv):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as e:
+            option = arg.split("=", 1)[0] if arg.startswith("--") and "=" in arg else None
+            if option is None and i and argv[i - 1].startswith("-"):
+                option = argv[i - 1]
+            where = f"the value of {option}" if option else f"argument {i + 1}"
+            code = ord(arg[e.start])
+            byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+            raise InvalidInputError(f"{where} is not valid UTF-8 ({byte} at position {e.start})") from e
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first error inside (nested) exception groups: a task group's failure."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
+def _report(error: BaseException) -> int:
+    """Print one line for ``error`` on stderr; the exit code it maps to."""
+    error = _leaf(error)
+    if isinstance(error, KeyboardInterrupt):
+        return 130
+    if isinstance(error, ConflictError):
+        message, code = f"conflict: {error}", EXIT_CONFLICT
+    elif isinstance(error, InvalidInputError):
+        message, code = str(error), EXIT_BAD_INPUT
+    elif isinstance(error, RedisBusyError):
+        condition = getattr(error, "condition", "refusing work for now")
+        message, code = f"Redis is {condition}: {error}", EXIT_ERROR
+    elif isinstance(error, OSError | WmSignalsError):
+        message, code = str(error), EXIT_ERROR
+    elif isinstance(error, redis_exc.RedisError):
+        message, code = f"Redis: {error}", EXIT_ERROR
+    elif isinstance(error, UnicodeError | RecursionError | msgspec.DecodeError):  # malformed data past a check
+        message, code = f"malformed data ({type(error).__name__}): {error}", EXIT_BAD_INPUT
+    elif isinstance(error, Exception):
+        message, code = f"unexpected error ({type(error).__name__}): {error}", EXIT_ERROR
+    else:
+        raise error
+    if os.environ.get("WM_SIGNALS_TRACEBACK"):
+        traceback.print_exception(error, file=sys.stderr)
+    print(f"wm-signals: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        _check_argv(argv)
+    except InvalidInputError as e:
+        return _report(e)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "worker":
@@ -70,17 +132,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except ConflictError as e:
-        print(f"wm-signals: conflict: {e}", file=sys.stderr)
-        return EXIT_CONFLICT
-    except InvalidInputError as e:
-        print(f"wm-signals: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (OSError, WmSignalsError) as e:
-        print(f"wm-signals: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    except redis_exc.RedisError as e:
-        print(f"wm-signals: Redis: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        return 130
+    except BaseException as e:  # noqa: BLE001 - the CLI's promise: one line and an exit code, never a traceback
+        return _report(e)

@@ -2,33 +2,34 @@
 
 Every command takes ``--redis-url`` (default ``WM_SIGNALS_REDIS_URL``); with neither,
 an embedded redis-server is started for the run, announced on stderr and stopped at
-exit (its data goes with it: use a URL to keep state between commands).
+exit (its data goes with it: use a URL to keep state between commands). Every command
+opens its client with :func:`~workers.runtime.open_client`, so the TLS flags
+(``--tls-ca``, ``--tls-cert``, ``--tls-key``, ``--tls-insecure-skip-verify``) apply to all.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pydantic
 
-from signals._util import connect
 from signals.codec import decode_json
 from signals.errors import InvalidInputError
 from signals.memory import WorkingMemoryConfig
 from signals.store import WorkingMemoryStore
 from workers.consumer import default_consumer_name
-from workers.embedded import RedisServer
 from workers.logging import configure_logging
-from workers.runtime import run, tune_gc
+from workers.runtime import open_client, resolve_redis, run, tune_gc
 from workers.settings import Settings
 
-__all__ = ("add_common_args", "add_lane_args", "lane_scope", "register", "resolve_redis", "run_async", "settings_from")
+__all__ = (
+    "add_common_args", "add_lane_args", "lane_scope", "open_client", "read_text", "register", "resolve_redis",
+    "run_async", "settings_from",
+)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -51,20 +52,18 @@ def _describe(error: Any) -> str:
     return f"{field}: {message}" if field else message
 
 
-@asynccontextmanager
-async def resolve_redis(settings: Settings) -> AsyncIterator[str]:
-    """Yield the Redis URL to use, starting an embedded server when none is configured."""
-    if settings.redis_url:
-        yield settings.redis_url
-        return
-    server = await anyio.to_thread.run_sync(lambda: RedisServer().start())
-    print(f"wm-signals: no Redis URL configured: started an embedded redis-server at {server.url} "
-          "(it stops at exit; set WM_SIGNALS_REDIS_URL or --redis-url to use your own)",
-          file=sys.stderr)
+def read_text(path: str, what: str) -> str:
+    """The UTF-8 text of a file (``-``: stdin); unreadable or not UTF-8 is bad input naming the file."""
+    name = "stdin" if path == "-" else path
     try:
-        yield server.url
-    finally:
-        await anyio.to_thread.run_sync(server.stop)
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as e:
+        raise InvalidInputError(f"{what} {name}: {e.strerror or e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"{what} {name}: not UTF-8 text (invalid byte 0x{data[e.start]:02x} "
+                                f"at offset {e.start})") from e
 
 
 def run_async(coro_fn: Callable[[], Awaitable[int]]) -> int:
@@ -77,6 +76,20 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, help="partition count (default 16; fixed per deployment)")
     parser.add_argument("--cluster", action="store_true", default=None,
                         help="the Redis URL names a node of a Redis Cluster (default: $WM_SIGNALS_CLUSTER)")
+    tls = parser.add_argument_group("TLS (rediss:// URLs; the server's certificate is always verified)")
+    tls.add_argument("--tls-ca", dest="tls_ca_file", metavar="PEM",
+                     help="CA certificate(s) the server's certificate must chain to "
+                          "(default: $WM_SIGNALS_TLS_CA_FILE, else the system's trust store)")
+    tls.add_argument("--tls-cert", dest="tls_cert_file", metavar="PEM",
+                     help="client certificate (default: $WM_SIGNALS_TLS_CERT_FILE)")
+    tls.add_argument("--tls-key", dest="tls_key_file", metavar="PEM",
+                     help="client certificate's private key (default: $WM_SIGNALS_TLS_KEY_FILE)")
+    tls.add_argument("--tls-insecure-skip-verify", dest="tls_insecure_skip_verify", action="store_true",
+                     default=None, help="INSECURE: do not verify the server's certificate "
+                                        "(default: $WM_SIGNALS_TLS_INSECURE_SKIP_VERIFY)")
+    parser.add_argument("--signing-key-file", metavar="PATH",
+                        help="file holding the key that authenticates signals "
+                             "(default: $WM_SIGNALS_SIGNING_KEY_FILE or $WM_SIGNALS_SIGNING_KEY)")
 
 
 def add_lane_args(parser: argparse.ArgumentParser, *, resource_required: bool = True) -> None:
@@ -111,13 +124,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         from workers.supervisor import run_worker  # noqa: PLC0415 - keeps CLI start-up light
 
         tune_gc()
-        async with resolve_redis(settings) as url:
-            redis = connect(url, cluster=settings.cluster)
-            try:
-                await run_worker(redis, settings, name=settings.consumer_name or default_consumer_name())
-            finally:
-                with anyio.move_on_after(2, shield=True):
-                    await redis.aclose()
+        async with open_client(settings) as redis:
+            await run_worker(redis, settings, name=settings.consumer_name or default_consumer_name())
         return 0
 
     return run_async(main)
@@ -134,25 +142,19 @@ def _cmd_write(args: argparse.Namespace) -> int:
                                  schema=_load_schema(args.schema) if is_merge else None)
     text = args.markdown
     if args.markdown_file is not None:
-        try:
-            text = Path(args.markdown_file).read_text("utf-8")
-        except OSError as e:
-            raise InvalidInputError(f"--markdown-file: {e}") from e
+        text = read_text(args.markdown_file, "--markdown-file")
 
     async def main() -> int:
-        async with resolve_redis(settings) as url:
-            store = WorkingMemoryStore(connect(url, cluster=settings.cluster), keys=settings.keys(), config=config)
-            try:
-                if is_merge:
-                    version = await store.merge(args.resource, args.merge, thread_id=args.thread,
-                                                if_version=args.if_version,
-                                                idempotency_key=args.idempotency_key)
-                else:
-                    version = await store.replace(args.resource, text, thread_id=args.thread,
-                                                  if_version=args.if_version,
-                                                  idempotency_key=args.idempotency_key)
-            finally:
-                await store.aclose()
+        async with open_client(settings) as redis:
+            store = WorkingMemoryStore(redis, keys=settings.keys(), config=config)
+            if is_merge:
+                version = await store.merge(args.resource, args.merge, thread_id=args.thread,
+                                            if_version=args.if_version,
+                                            idempotency_key=args.idempotency_key)
+            else:
+                version = await store.replace(args.resource, text, thread_id=args.thread,
+                                              if_version=args.if_version,
+                                              idempotency_key=args.idempotency_key)
         print(version)
         return 0
 
@@ -163,13 +165,10 @@ def _cmd_get(args: argparse.Namespace) -> int:
     settings = settings_from(args)
 
     async def main() -> int:
-        async with resolve_redis(settings) as url:
-            store = WorkingMemoryStore(connect(url, cluster=settings.cluster), keys=settings.keys(), read_only=True,
+        async with open_client(settings) as redis:
+            store = WorkingMemoryStore(redis, keys=settings.keys(), read_only=True,
                                        config=WorkingMemoryConfig(scope=lane_scope(args)))  # type: ignore[arg-type]
-            try:
-                doc = await store.get(args.resource, args.thread)
-            finally:
-                await store.aclose()
+            doc = await store.get(args.resource, args.thread)
         if doc is None:
             print("wm-signals: no working memory stored for that lane", file=sys.stderr)
             return 1
@@ -207,25 +206,20 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
         from signals.subscribe import Subscription  # noqa: PLC0415
         from workers.render import print_signal  # noqa: PLC0415
 
-        async with resolve_redis(settings) as url:
-            redis = connect(url, cluster=settings.cluster)
+        async with open_client(settings) as redis:
             sub = Subscription(redis, settings.keys(), lane_id(scope, args.resource, args.thread),  # type: ignore[arg-type]
                                block_ms=1000)
             seen = 0
-            try:
-                for item in await sub.bootstrap(from_start=args.from_start):
-                    print_signal(item, as_json=args.json)
-                    seen += 1
-                    if args.count and seen >= args.count:
-                        return 0
-                async for item in sub:
-                    print_signal(item, as_json=args.json)
-                    seen += 1
-                    if args.count and seen >= args.count:
-                        return 0
-            finally:
-                with anyio.move_on_after(2, shield=True):
-                    await redis.aclose()
+            for item in await sub.bootstrap(from_start=args.from_start):
+                print_signal(item, as_json=args.json)
+                seen += 1
+                if args.count and seen >= args.count:
+                    return 0
+            async for item in sub:
+                print_signal(item, as_json=args.json)
+                seen += 1
+                if args.count and seen >= args.count:
+                    return 0
         return 0
 
     return run_async(main)

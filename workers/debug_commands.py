@@ -19,7 +19,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from signals._util import connect
 from signals.codec import encode_json
 from signals.deadletters import DeadLetters
 from signals.deliveries import DeliveryLog
@@ -30,8 +29,9 @@ from signals.keys import Keys, lane_id
 from signals.models import Delivery, Signal
 from signals.replay import Materialised, iter_signals, materialise
 from signals.tokens import approx_tokens
-from workers.commands import add_common_args, add_lane_args, lane_scope, resolve_redis, run_async, settings_from
+from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
 from workers.render import signal_record
+from workers.runtime import open_client
 
 __all__ = ("register",)
 
@@ -81,7 +81,7 @@ def _read_file(path: str) -> tuple[list[tuple[str, Signal]], list[Delivery]]:
     try:
         lines = Path(path).read_bytes().splitlines()
     except OSError as e:
-        raise InvalidInputError(f"--file {path}: {e}") from e
+        raise InvalidInputError(f"--file {path}: {e.strerror or e}") from e
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -89,6 +89,8 @@ def _read_file(path: str) -> tuple[list[tuple[str, Signal]], list[Delivery]]:
             record = _export_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise InvalidInputError(f"{path} line {number}: not an export record: {e}") from e
+        except RecursionError as e:
+            raise InvalidInputError(f"{path} line {number}: not an export record: JSON nested too deeply") from e
         if record.kind == "signal" and record.signal is not None:
             signals.append((record.entry_id or str(number), record.signal))
         elif record.kind == "delivery" and record.delivery is not None:
@@ -174,12 +176,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     settings = settings_from(args)
 
     async def main() -> int:
-        async with resolve_redis(settings) as url:
-            redis = connect(url, cluster=settings.cluster)
-            try:
-                signals, deliveries = await _load(redis, settings.keys(), args)
-            finally:
-                await redis.aclose()
+        async with open_client(settings) as redis:
+            signals, deliveries = await _load(redis, settings.keys(), args)
         return _show(args, signals, deliveries)
 
     return run_async(main)
@@ -205,12 +203,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     loaded: list[Any] = []
 
     async def main() -> int:
-        async with resolve_redis(settings) as url:
-            redis = connect(url, cluster=settings.cluster)
-            try:
-                loaded.extend(await _load(redis, settings.keys(), args))
-            finally:
-                await redis.aclose()
+        async with open_client(settings) as redis:
+            loaded.extend(await _load(redis, settings.keys(), args))
         return 0
 
     run_async(main)
@@ -229,12 +223,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     settings = settings_from(args)
 
     async def main() -> int:
-        async with resolve_redis(settings) as url:
-            redis = connect(url, cluster=settings.cluster)
-            try:
-                report = await inspect(redis, settings.keys(), top=args.top)
-            finally:
-                await redis.aclose()
+        async with open_client(settings) as redis:
+            report = await inspect(redis, settings.keys(), top=args.top)
         if args.json:
             print(encode_json({"partitions": [_partition_dict(p) for p in report.partitions],
                                "totals": report.totals, "busiest": report.busiest}))
@@ -267,23 +257,19 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
     settings = settings_from(args)
 
     async def main() -> int:
-        async with resolve_redis(settings) as url:
-            redis = connect(url, cluster=settings.cluster)
+        async with open_client(settings) as redis:
             dlq = DeadLetters(redis, settings.keys())
-            try:
-                if args.action == "list":
-                    for entry in await dlq.list():
-                        print(f"{entry.id}  partition {entry.partition}  attempts {entry.letter.attempts}  "
-                              f"{entry.letter.error}")
-                elif args.action == "show":
-                    print(encode_json((await dlq.get(_need_id(args))).letter))
-                elif args.action == "requeue":
-                    print(f"requeued as {await dlq.requeue(_need_id(args))}")
-                else:
-                    await dlq.drop(_need_id(args))
-                    print("dropped")
-            finally:
-                await redis.aclose()
+            if args.action == "list":
+                for entry in await dlq.list():
+                    print(f"{entry.id}  partition {entry.partition}  attempts {entry.letter.attempts}  "
+                          f"{entry.letter.error}")
+            elif args.action == "show":
+                print(encode_json((await dlq.get(_need_id(args))).letter))
+            elif args.action == "requeue":
+                print(f"requeued as {await dlq.requeue(_need_id(args))}")
+            else:
+                await dlq.drop(_need_id(args))
+                print("dropped")
         return 0
 
     return run_async(main)

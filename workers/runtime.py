@@ -1,18 +1,35 @@
-"""How the processes run their async code: anyio on asyncio, on uvloop when installed."""
+"""How the processes run their async code, and how the CLI opens its Redis client.
+
+anyio on asyncio, on uvloop when installed; :func:`open_client` is the one place a
+command turns its settings into a client (embedded server, TLS, error translation, a
+shielded close).
+"""
 
 from __future__ import annotations
 
 import gc
 import importlib.util
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import anyio
+import structlog
+from redis import exceptions as redis_exc
 
-__all__ = ("run", "tune_gc")
+from signals._util import Client, connect, redact_url
+from signals.errors import RedisBusyError, RedisUnavailableError
+from workers.embedded import RedisServer
+from workers.settings import Settings
+
+__all__ = ("CLOSE_TIMEOUT_S", "open_client", "resolve_redis", "run", "tune_gc")
 
 T = TypeVar("T")
 _UVLOOP = importlib.util.find_spec("uvloop") is not None
+#: How long closing a client may take at the end of a command (it runs shielded from cancellation).
+CLOSE_TIMEOUT_S = 2.0
+log = structlog.get_logger(__name__)
 
 
 def run(fn: Callable[..., Awaitable[T]], *args: object) -> T:
@@ -38,3 +55,51 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
+
+
+@asynccontextmanager
+async def resolve_redis(settings: Settings) -> AsyncIterator[str]:
+    """Yield the Redis URL to use, starting an embedded server when none is configured."""
+    if settings.redis_url:
+        yield settings.redis_url
+        return
+    server = await anyio.to_thread.run_sync(lambda: RedisServer().start())
+    print(f"wm-signals: no Redis URL configured: started an embedded redis-server at {server.url} "  # noqa: T201
+          "(it stops at exit; set WM_SIGNALS_REDIS_URL or --redis-url to use your own)",
+          file=sys.stderr)
+    try:
+        yield server.url
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+@asynccontextmanager
+async def open_client(settings: Settings) -> AsyncIterator[Client]:
+    """The command's Redis client, built from ``settings``, closed (shielded) at exit.
+
+    Starts an embedded server when no URL is configured; applies the TLS settings
+    (warning when verification is off); a malformed URL or unusable TLS file is
+    :class:`~signals.errors.InvalidInputError` (from :func:`signals._util.connect`).
+    Inside the block, an unreachable Redis becomes
+    :class:`~signals.errors.RedisUnavailableError` and a Redis refusing work for a while
+    (out of memory, loading, read-only) :class:`~signals.errors.RedisBusyError`, each one
+    line for the CLI.
+    """
+    async with resolve_redis(settings) as url:
+        tls = settings.tls()
+        client = connect(url, cluster=settings.cluster, tls=tls)
+        if tls is not None and tls.insecure_skip_verify:
+            log.warning("tls.verification_off", url=redact_url(url),
+                        detail="the server's certificate is NOT verified: anyone on the network path can "
+                               "impersonate Redis (tls_insecure_skip_verify)")
+        try:
+            yield client
+        except RedisBusyError:
+            raise
+        except (redis_exc.OutOfMemoryError, redis_exc.BusyLoadingError, redis_exc.ReadOnlyError) as e:
+            raise RedisBusyError(f"Redis refused the command for now: {e}") from e  # a Redis Cluster's node
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"cannot reach Redis at {redact_url(url)}: {e}") from e
+        finally:
+            with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+                await client.aclose()

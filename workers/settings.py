@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from signals._util import TLSOptions
 from signals.keys import Keys
 from signals.lane import LaneOptions
 from workers.consumer import ConsumerOptions
 
-__all__ = ("Settings",)
+__all__ = ("MIN_SIGNING_KEY_BYTES", "Settings")
+
+#: The shortest signing key accepted (bytes of its UTF-8 text), e.g. ``openssl rand -hex 32`` gives 64.
+MIN_SIGNING_KEY_BYTES = 16
 
 
 class Settings(BaseSettings):
@@ -19,12 +24,31 @@ class Settings(BaseSettings):
 
     ``redis_url`` unset means: start an embedded Redis server for the run. ``cluster``
     means the URL names a node of a Redis Cluster (the embedded server is never one).
+
+    TLS (``rediss://`` URLs only): ``tls_ca_file`` is the CA the server's certificate must
+    chain to (default: the system's trust store), ``tls_cert_file``/``tls_key_file`` the
+    client certificate and its key for servers with ``tls-auth-clients yes``. The server is
+    always verified; ``tls_insecure_skip_verify`` is the only way to turn that off (URL
+    options such as ``ssl_cert_reqs=none`` are refused).
+
+    ``signing_key`` (or ``signing_key_file``, a file holding it: one line of text, surrounding
+    whitespace ignored) is the key shared by workers and agent loops to authenticate signals;
+    at least :data:`MIN_SIGNING_KEY_BYTES` bytes.
+
+    Every text setting must be valid UTF-8 (an environment variable holding other bytes is
+    refused, not passed on with escapes).
     """
 
     model_config = SettingsConfigDict(env_prefix="WM_SIGNALS_", extra="ignore")
 
     redis_url: str | None = None
     cluster: bool = False
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_insecure_skip_verify: bool = False
+    signing_key: SecretStr | None = None
+    signing_key_file: str | None = None
     namespace: str = "wm"
     partitions: int = Field(16, ge=1, le=4096)
     policy: Literal["mastra", "compact"] = "compact"
@@ -42,15 +66,62 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "info"
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _utf8(cls, value: object) -> object:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"not valid UTF-8 (an undecodable byte at position {e.start})") from e
+        return value
+
     @model_validator(mode="after")
     def _cluster_needs_url(self) -> Settings:
         if self.cluster and not self.redis_url:
             raise ValueError("cluster mode needs a Redis URL (a node of the cluster)")
         return self
 
+    @model_validator(mode="after")
+    def _tls_needs_rediss(self) -> Settings:
+        if self.tls() is not None and not (self.redis_url or "").startswith("rediss://"):
+            shown = "none is configured" if not self.redis_url else "it is not rediss://"
+            raise ValueError(f"TLS settings (tls_*) need a rediss:// Redis URL ({shown})")
+        return self
+
+    @model_validator(mode="after")
+    def _load_signing_key(self) -> Settings:
+        path = self.signing_key_file
+        if path is not None:
+            if self.signing_key is not None:
+                raise ValueError("set one of signing_key and signing_key_file, not both")
+            try:
+                text = Path(path).read_bytes().decode("utf-8").strip()
+            except OSError as e:
+                raise ValueError(f"signing_key_file {path}: {e.strerror or e}") from e
+            except UnicodeDecodeError as e:
+                raise ValueError(f"signing_key_file {path}: not UTF-8 text (byte {e.start})") from e
+            self.signing_key = SecretStr(text)
+        if self.signing_key is not None and len(self.signing_key.get_secret_value().encode()) < MIN_SIGNING_KEY_BYTES:
+            raise ValueError(f"the signing key must be at least {MIN_SIGNING_KEY_BYTES} bytes")
+        return self
+
     def keys(self) -> Keys:
         """The key layout."""
         return Keys(self.namespace, self.partitions)
+
+    def tls(self) -> TLSOptions | None:
+        """The TLS options, or ``None`` when no TLS setting is given (``rediss://`` then
+        verifies against the system's trust store)."""
+        if not (self.tls_ca_file or self.tls_cert_file or self.tls_key_file or self.tls_insecure_skip_verify):
+            return None
+        return TLSOptions(ca_file=self.tls_ca_file, cert_file=self.tls_cert_file, key_file=self.tls_key_file,
+                          insecure_skip_verify=self.tls_insecure_skip_verify)
+
+    def signing_key_bytes(self) -> bytes | None:
+        """The signal signing key as bytes (its UTF-8 text), or ``None`` when signing is off."""
+        return None if self.signing_key is None else self.signing_key.get_secret_value().encode("utf-8")
 
     def consumer_options(self) -> ConsumerOptions:
         """The consumer's options."""

@@ -155,7 +155,7 @@ def test_a_url_password_is_not_echoed() -> None:
                                    "ssl_exclude_verify_flags=VERIFY_X509_STRICT"])
 def test_url_tls_options_are_refused(query: str) -> None:
     """Verification can only be turned off by the named setting, never by a URL option."""
-    with pytest.raises(InvalidInputError, match="refused.*tls"):
+    with pytest.raises(InvalidInputError, match=r"refused.*tls"):
         connect(f"rediss://127.0.0.1:6380/0?{query}")
 
 

@@ -1,0 +1,233 @@
+"""Bad input at the CLI: exit 2 and exactly one line on stderr, never a traceback (issue 10, finding 11).
+
+Each command runs as a user runs it (``python -m workers ...`` in a subprocess). Bytes
+that are not UTF-8 reach Python's argv and environment as lone surrogates
+(``surrogateescape``); a ``str`` holding ``\\udcff`` given to subprocess is the byte 0xff.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from signals._util import connect
+from signals.codec import FIELD
+from signals.errors import CorruptDataError, RedisBusyError
+from signals.keys import Keys
+from workers import cli
+from workers.embedded import RedisServer
+
+ROOT = Path(__file__).parents[2]
+BAD = "\udcff"  # the byte 0xff as argv/environment carry it
+
+
+def wm(*args: str, stdin: bytes | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``wm-signals`` with ``args``; stdout and stderr as text (undecodable bytes escaped)."""
+    proc = subprocess.run([sys.executable, "-m", "workers", *args], cwd=ROOT, capture_output=True, input=stdin,
+                          timeout=120, check=False, env={**os.environ, **env})
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                                       proc.stderr.decode("utf-8", "replace"))
+
+
+def assert_one_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
+    """The command failed with ``code``, one stderr line starting ``wm-signals:``, no traceback."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("wm-signals: "), lines[0]
+    assert proc.returncode == code, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+def ns() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+# --- not UTF-8: arguments, files, environment -------------------------------------------------
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize(("flag", "value"), [("--resource", "al" + BAD + "ice"), ("--thread", BAD),
+                                             ("--idempotency-key", "k" + BAD)])
+def test_an_id_that_is_not_utf8_is_bad_input(url: str, flag: str, value: str) -> None:
+    """Undecodable bytes in an id: exit 2 naming the option."""
+    args = ["write", "--redis-url", url, "--namespace", ns(), "--markdown", "hi"]
+    if flag != "--resource":
+        args += ["--resource", "alice"]
+    proc = wm(*args, flag, value)
+    assert_one_line(proc, 2, flag, "not valid UTF-8")
+
+
+@pytest.mark.redis
+def test_markdown_that_is_not_utf8_is_bad_input(url: str) -> None:
+    """``--markdown`` with the byte 0xff: exit 2 (it was a UnicodeEncodeError traceback)."""
+    proc = wm("write", "--redis-url", url, "--namespace", ns(), "--resource", "alice", "--markdown", "x" + BAD)
+    assert_one_line(proc, 2, "--markdown", "0xff")
+
+
+@pytest.mark.redis
+def test_merge_that_is_not_utf8_is_bad_input(url: str) -> None:
+    """``--merge`` with the byte 0xff inside a JSON string: exit 2."""
+    proc = wm("write", "--redis-url", url, "--namespace", ns(), "--resource", "alice", "--merge",
+              '{"a": "' + BAD + '"}')
+    assert_one_line(proc, 2, "--merge", "not valid UTF-8")
+
+
+@pytest.mark.redis
+def test_a_markdown_file_that_is_not_utf8_is_bad_input(url: str, tmp_path: Path) -> None:
+    """A Markdown file with invalid UTF-8: exit 2 naming the file (it was a UnicodeDecodeError traceback)."""
+    path = tmp_path / "memory.md"
+    path.write_bytes(b"# Notes\n\xff\xfe\n")
+    proc = wm("write", "--redis-url", url, "--namespace", ns(), "--resource", "alice", "--markdown-file", str(path))
+    assert_one_line(proc, 2, str(path), "not UTF-8")
+
+
+def test_a_scenario_file_that_is_not_utf8_is_bad_input(tmp_path: Path) -> None:
+    """``simulate FILE`` with invalid UTF-8: exit 2 naming the file."""
+    path = tmp_path / "scenario.json"
+    path.write_bytes(b'{"format": "markdown", "steps": [{"data": "\xff"}]}')
+    assert_one_line(wm("simulate", str(path)), 2, str(path), "not UTF-8")
+
+
+def test_a_scenario_on_stdin_that_is_not_utf8_is_bad_input() -> None:
+    """``simulate`` reading stdin with invalid UTF-8: exit 2 naming stdin."""
+    assert_one_line(wm("simulate", stdin=b'{"steps": "\xff"}'), 2, "stdin", "not UTF-8")
+
+
+@pytest.mark.redis
+def test_an_output_path_that_is_not_utf8_is_bad_input(url: str, tmp_path: Path) -> None:
+    """``export -o`` naming a path with the byte 0xff: exit 2, nothing written."""
+    target = str(tmp_path / ("out" + BAD + ".jsonl"))
+    proc = wm("export", "--redis-url", url, "--namespace", ns(), "--resource", "alice", "-o", target)
+    assert_one_line(proc, 2, "-o", "not valid UTF-8")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_replay_file_path_that_is_not_utf8_is_bad_input(tmp_path: Path) -> None:
+    """``replay --file`` with the byte 0xff in the path: exit 2 naming --file."""
+    assert_one_line(wm("replay", "--file", str(tmp_path / BAD)), 2, "--file", "not valid UTF-8")
+
+
+def test_a_setting_from_the_environment_that_is_not_utf8_is_bad_input() -> None:
+    """``WM_SIGNALS_NAMESPACE`` holding the byte 0xff: exit 2 naming the setting."""
+    proc = wm("get", "--resource", "alice", WM_SIGNALS_NAMESPACE="wm" + BAD,
+              WM_SIGNALS_REDIS_URL="redis://127.0.0.1:1/0")
+    assert_one_line(proc, 2, "namespace", "not valid UTF-8")
+
+
+# --- JSON nested too deeply ----------------------------------------------------------------------
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("depth", [500, 5000])
+def test_merge_nested_too_deeply_is_bad_input(url: str, depth: int) -> None:
+    """JSON nested 500 (or 5,000) levels in ``--merge``: exit 2 (it was a RecursionError traceback)."""
+    document = '{"a":' * depth + "1" + "}" * depth
+    proc = wm("write", "--redis-url", url, "--namespace", ns(), "--resource", "alice", "--merge", document)
+    assert_one_line(proc, 2, "nested")
+
+
+# --- URLs ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["notaurl", "http://127.0.0.1:6379/0", "redis://127.0.0.1:notaport/0"])
+def test_a_redis_url_redis_py_refuses_is_bad_input(value: str) -> None:
+    """``--redis-url notaurl``: exit 2 naming the URL problem (it was a ValueError traceback)."""
+    proc = wm("write", "--redis-url", value, "--resource", "alice", "--markdown", "hi")
+    assert_one_line(proc, 2, "Redis URL")
+
+
+def test_notaurl_names_the_scheme() -> None:
+    """The message says what the URL lacks and what it must start with."""
+    proc = wm("get", "--redis-url", "notaurl", "--resource", "alice")
+    assert_one_line(proc, 2, "no scheme", "redis://")
+
+
+@pytest.mark.parametrize("query", ["ssl_cert_reqs=none", "ssl_check_hostname=false"])
+def test_a_url_turning_tls_verification_off_is_refused(query: str) -> None:
+    """A URL option weakening TLS is refused with exit 2, naming the setting to use instead."""
+    proc = wm("get", "--redis-url", f"rediss://127.0.0.1:1/0?{query}", "--resource", "alice")
+    assert_one_line(proc, 2, "--tls-insecure-skip-verify")
+
+
+# --- malformed data read from Redis ----------------------------------------------------------------
+
+
+async def _redis_do(url: str, *command: str) -> None:
+    client = connect(url)
+    try:
+        await client.execute_command(*command)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.redis
+def test_a_document_with_a_non_integer_version_is_one_line(url: str) -> None:
+    """A document hash whose version is ``abc``: one line, no traceback (exit 2 once the store reports
+    CorruptDataError)."""
+    namespace = ns()
+    anyio.run(_redis_do, url, "HSET", Keys(namespace).doc("r:alice"), "data", "x", "version", "abc",
+              "format", "markdown")
+    for args in (["get"], ["write", "--markdown", "hello"]):
+        proc = wm(*args, "--redis-url", url, "--namespace", namespace, "--resource", "alice")
+        assert_one_line(proc, proc.returncode)
+        assert proc.returncode in (1, 2)
+
+
+@pytest.mark.redis
+def test_a_malformed_delivery_log_entry_is_bad_input(url: str) -> None:
+    """A delivery-log entry that is not a delivery record: one line, exit 2 (CorruptDataError)."""
+    namespace = ns()
+    anyio.run(_redis_do, url, "XADD", Keys(namespace).deliveries("t1"), "*", FIELD, '{"step": "junk"')
+    proc = wm("replay", "--redis-url", url, "--namespace", namespace, "--thread", "t1", "--deliveries")
+    assert_one_line(proc, 2)
+
+
+def test_corrupt_data_maps_to_exit_2() -> None:
+    """CorruptDataError, however deep in a task group, is bad input: exit 2."""
+    group = ExceptionGroup("task group", [ExceptionGroup("inner", [CorruptDataError("doc r:x: version 'abc'")])])
+    assert cli._report(group) == 2
+
+
+# --- a whole-server condition is not bad input ---------------------------------------------------------
+
+
+@pytest.fixture
+def full_redis() -> Iterator[RedisServer]:
+    with RedisServer(extra=["--maxmemory", "1", "--maxmemory-policy", "noeviction"]) as server:
+        yield server
+
+
+@pytest.mark.redis
+def test_redis_out_of_memory_is_one_line_exit_1(full_redis: RedisServer) -> None:
+    """A Redis at maxmemory refuses the write: exit 1 (not bad input), one line saying so."""
+    proc = wm("write", "--redis-url", full_redis.url, "--namespace", ns(), "--resource", "alice", "--markdown", "hi")
+    assert_one_line(proc, 1, "out of memory")
+
+
+@pytest.mark.redis
+@pytest.mark.anyio
+async def test_the_library_raises_redis_busy_error_on_oom(full_redis: RedisServer) -> None:
+    """In the library, OOM is RedisBusyError (a WmSignalsError), not a raw redis-py error."""
+    from signals.store import WorkingMemoryStore  # noqa: PLC0415
+
+    store = WorkingMemoryStore(connect(full_redis.url), keys=Keys(ns(), 4))
+    try:
+        with pytest.raises(RedisBusyError):
+            await store.replace("alice", "hello")
+    finally:
+        await store.aclose()
