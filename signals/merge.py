@@ -61,6 +61,43 @@ def check_json_value(value: Any, *, what: str = "merge input", max_depth: int = 
     nesting deeper than ``max_depth``. The walk is iterative: it never recurses, so a
     hostile depth cannot exhaust the stack here.
     """
+    if not _is_plain(value, max_depth):
+        _refuse_first_problem(value, what, max_depth)
+
+
+def _is_plain(value: Any, max_depth: int) -> bool:
+    """The fast walk: exact JSON types only, no paths kept (the usual case costs little).
+
+    ``False`` sends the value to :func:`_refuse_first_problem`, which names the problem
+    (or, for subclasses of the JSON types, accepts the value after all).
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict or kind is list:
+            if depth >= max_depth or (kind is dict and not all(map(_plain_key, item))):
+                return False
+            stack.extend((v, depth + 1) for v in (item.values() if kind is dict else item))
+        elif not _plain_scalar(item, kind):
+            return False
+    return True
+
+
+def _plain_key(key: object) -> bool:
+    return type(key) is str and (key.isascii() or _bad_text(key) is None)
+
+
+def _plain_scalar(item: Any, kind: type) -> bool:
+    if kind is str:
+        return item.isascii() or _bad_text(item) is None
+    if kind is float:
+        return math.isfinite(item)
+    return kind is int or kind is bool or item is None
+
+
+def _refuse_first_problem(value: Any, what: str, max_depth: int) -> None:
+    """The slow walk, keeping each value's path: raises for the first problem found."""
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
     while stack:
         item, path = stack.pop()
