@@ -11,15 +11,56 @@ windows; that is a delivery, not a new lane version (see ``signals.window``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 
 from signals._time import now_iso
-from signals.models import Signal, WriteEvent
+from signals.errors import CorruptDataError
+from signals.models import Format, Scope, Signal, WriteEvent
 from signals.processor import Policy, decide
 
-__all__ = ("LaneOptions", "LaneTracking", "advance")
+__all__ = (
+    "DOCUMENT_FIELDS", "MAX_VERSION", "TRACKING_FIELDS",
+    "LaneDocument", "LaneOptions", "LaneTracking", "advance", "is_stream_id", "parse_version",
+)
+
+
+MAX_VERSION = 2**53
+"""Versions are non-negative integers up to 2**53: exact in every JSON reader (JavaScript's too)."""
+
+#: The tracking hash's field names, in one place: the read (``HMGET``), the parse and the
+#: commit script (which stores the fields it is given by name) all use this tuple.
+TRACKING_FIELDS = ("v", "ck", "mode", "wv", "n", "tail", "we")
+#: The document hash fields a worker reads (the write script stores them).
+DOCUMENT_FIELDS = ("data", "version", "format", "scope", "eid")
+_CACHE_KEY = re.compile(r"sha256:[0-9a-f]{64}")
+_STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_LANE_SCOPE = {"r:": "resource", "t:": "thread"}
+
+
+def is_stream_id(value: str) -> bool:
+    """Whether ``value`` is a Redis stream id (``<ms>-<seq>``)."""
+    return _STREAM_ID.fullmatch(value) is not None
+
+
+def parse_version(raw: object, what: str) -> int:
+    """A version read from Redis or an event: a non-negative integer within 2**53.
+
+    Raises:
+        CorruptDataError: anything else (a float string, ``abc``, a negative number).
+    """
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise CorruptDataError(f"{what} is {raw!r}, not an integer")
+    if isinstance(raw, str):
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 16:
+            raise CorruptDataError(f"{what} is {raw[:40]!r}, not a non-negative integer within 2**53")
+        raw = int(raw)
+    if not 0 <= raw <= MAX_VERSION:
+        raise CorruptDataError(f"{what} is {raw}, outside 0..2**53")
+    return raw
 
 
 class LaneTracking(msgspec.Struct, frozen=True, gc=False):
@@ -31,8 +72,14 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
         mode: the mode of the last signal.
         write_version: the last document version processed (signal or not).
         value: the full text after the last signal: the next delta's base (kept by the
-            worker, not stored in the tracking hash).
+            worker, not stored in the tracking hash). ``None`` when it could not be
+            established from the stream: the next signal is then a snapshot.
         since_snapshot: signals since (and including) the last snapshot.
+        tail: the stream id of the lane's last signal: the commit script checks that the
+            signal stream still ends there, and appends a snapshot instead of a delta when
+            it does not (the stream was deleted, trimmed or appended to by someone else).
+        write_event: the write-stream id of the last genuine write event processed: the
+            anchor of the lane's event chain (see :class:`LaneDocument`).
 
     A msgspec Struct with ``gc=False`` (it holds only ints and strings, so it can never be
     part of a reference cycle): the worker caches thousands of them, and untracked objects
@@ -43,22 +90,89 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
     cache_key: str = ""
     mode: str = ""
     write_version: int = 0
-    value: str = ""
+    value: str | None = ""
     since_snapshot: int = 0
+    tail: str = ""
+    write_event: str = ""
 
     @classmethod
-    def from_fields(cls, fields: list[str | None], value: str = "") -> LaneTracking:
-        """From ``HMGET trk v ck mode wv n`` and the lane's current text."""
-        v, ck, mode, wv, n = fields
-        return cls(int(v or 0), ck or "", mode or "", int(wv or 0), value, int(n or 0))
+    def parse(cls, fields: list[str | None], where: str) -> LaneTracking:
+        """From ``HMGET trk`` + :data:`TRACKING_FIELDS`, checked field by field.
 
-    def to_args(self) -> list[str | int]:
-        """The positional values the commit script stores (``v ck mode wv n``).
-
-        ``value`` is not stored in the tracking: it is the last signal's ``value`` (or is
-        rebuilt from the stream), so Redis holds each text once per lane stream.
+        Raises:
+            CorruptDataError: a field is not what the worker writes (names the field).
         """
-        return [self.version, self.cache_key, self.mode, self.write_version, self.since_snapshot]
+        raw = dict(zip(TRACKING_FIELDS, fields, strict=True))
+        version = parse_version(raw["v"] or "0", f"{where} field v")
+        write_version = parse_version(raw["wv"] or "0", f"{where} field wv")
+        since = parse_version(raw["n"] or "0", f"{where} field n")
+        ck, mode, tail, we = raw["ck"] or "", raw["mode"] or "", raw["tail"] or "", raw["we"] or ""
+        if version and not _CACHE_KEY.fullmatch(ck):
+            raise CorruptDataError(f"{where} field ck is {ck[:80]!r}, not a cacheKey")
+        if mode not in (("snapshot", "delta") if version else ("",)):
+            raise CorruptDataError(f"{where} field mode is {mode[:40]!r}")
+        for name, value in (("tail", tail), ("we", we)):
+            if value and not is_stream_id(value):
+                raise CorruptDataError(f"{where} field {name} is {value[:40]!r}, not a stream id")
+        return cls(version, ck, mode, write_version, None, since, tail, we)
+
+    def fields(self) -> dict[str, str | int]:
+        """The tracking hash as the commit script stores it (by name; ``value`` is not
+        stored: it is the last signal's ``value``, so Redis holds each text once)."""
+        return {"v": self.version, "ck": self.cache_key, "mode": self.mode, "wv": self.write_version,
+                "n": self.since_snapshot, "tail": self.tail, "we": self.write_event}
+
+
+class LaneDocument(msgspec.Struct, frozen=True, gc=False):
+    """A lane's stored document as the worker reads it: the only source of signal text.
+
+    Events are checked against it: the write script records in ``eid`` the id of the
+    event it appended, and gives each event the id of the one before it (field ``p``), so
+    a lane's genuine events form a chain anchored here and in the worker's tracking. An
+    event's ``data`` reaches a model only when the event is on that chain; the document's
+    own ``data`` is the text of its current version. Format, scope and owner come from
+    the document hash and the thread record, which only writers can change.
+    """
+
+    lane: str
+    data: str
+    version: int
+    format: Format
+    scope: Scope
+    resource_id: str | None
+    thread_id: str | None
+    eid: str = ""
+
+    @classmethod
+    def parse(cls, lane: str, fields: list[str | None], owner: str | None, where: str) -> LaneDocument | None:
+        """From ``HMGET doc`` + :data:`DOCUMENT_FIELDS` and a thread lane's owner record;
+        ``None`` when the lane has no document.
+
+        Raises:
+            CorruptDataError: a field is missing or not what the write script stores.
+        """
+        data, version, fmt, scope, eid = fields
+        if version is None and data is None:
+            return None
+        if eid and not is_stream_id(eid):
+            raise CorruptDataError(f"{where} field eid is {eid[:40]!r}, not a stream id")
+        number = parse_version(version, f"{where} field version")
+        if data is None:
+            raise CorruptDataError(f"{where} has version {number} but no data")
+        if fmt not in ("markdown", "json"):
+            raise CorruptDataError(f"{where} field format is {(fmt or '')[:40]!r}")
+        doc_format = cast(Format, fmt)
+        expected = _LANE_SCOPE.get(lane[:2])
+        if scope is not None and scope != expected:  # absent: the lane's prefix says
+            raise CorruptDataError(f"{where} field scope is {(scope or '')[:40]!r}, the lane is {expected} scope")
+        if expected == "resource":
+            return cls(lane, data, number, doc_format, "resource", lane[2:], None, eid or "")
+        return cls(lane, data, number, doc_format, "thread", owner, lane[2:], eid or "")
+
+    def event(self) -> WriteEvent:
+        """The document as a write event (what :func:`advance` consumes)."""
+        return WriteEvent(lane=self.lane, scope=self.scope, format=self.format, version=self.version,
+                          data=self.data, op="replace", resource_id=self.resource_id, thread_id=self.thread_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,27 +185,30 @@ class LaneOptions:
 
 
 def advance(
-    tracking: LaneTracking, event: WriteEvent, options: LaneOptions, *, now: str | None = None
+    tracking: LaneTracking, event: WriteEvent, options: LaneOptions, *, now: str | None = None,
+    force_snapshot: bool = False,
 ) -> tuple[LaneTracking, Signal | None]:
     """Process one write event: the new tracking and the signal to emit, if any.
 
     ``now`` is the ``emittedAt`` stamp (a batch shares one); the current time by default.
+    ``force_snapshot`` (or a tracking whose ``value`` is unknown) makes the signal a
+    snapshot: the worker's repair of a lane whose stream it cannot build a delta on.
 
     An event at or below the processed write version is a duplicate or was superseded
     by a newer write already signalled: nothing is emitted for it.
     """
     if event.version <= tracking.write_version:
         return tracking, None
-    has = tracking.version > 0
+    has = tracking.version > 0 and tracking.value is not None
     proposal = decide(
         data=event.data,
         fmt=event.format,
         scope=event.scope,
         has_snapshot=has,
-        current_cache_key=tracking.cache_key or None,
-        prior=tracking.value if has else None,
+        current_cache_key=(tracking.cache_key or None) if has else None,
+        prior=tracking.value,
         policy=options.policy,
-        force_snapshot=tracking.since_snapshot >= options.snapshot_every,
+        force_snapshot=force_snapshot or tracking.since_snapshot >= options.snapshot_every,
     )
     if proposal is None:
         return msgspec.structs.replace(tracking, write_version=event.version), None

@@ -31,15 +31,19 @@ from signals._util import Client, connect, lua, now_iso
 from signals.codec import encode_json
 from signals.errors import (
     ConflictError,
+    CorruptDataError,
     InvalidInputError,
     ReadOnlyError,
+    RedisBusyError,
     RedisUnavailableError,
     ThreadOwnerError,
     WmSignalsError,
 )
 from signals.keys import Keys, lane_id, validate_id
+from signals.lane import parse_version
 from signals.memory import WorkingMemoryConfig, apply_merge, apply_replace, check_size
 from signals.models import Format, Scope, WriteEvent
+from signals.namespace import check_namespace
 
 __all__ = ("Document", "LaneRef", "WorkingMemoryStore")
 
@@ -103,6 +107,7 @@ class WorkingMemoryStore:
         self._write = redis.register_script(lua("write"))
         self._known: OrderedDict[str, Document] = OrderedDict()
         self._thread = redis.register_script(lua("thread"))
+        self._namespace_checked = False
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> WorkingMemoryStore:
@@ -146,9 +151,15 @@ class WorkingMemoryStore:
             data, version, fmt = cast(list[str | None], reply)
         except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
             raise RedisUnavailableError(f"reading {lane}: {e}") from e
+        except redis_exc.ResponseError as e:  # WRONGTYPE: the key is not a document hash
+            raise CorruptDataError(f"{self.keys.doc(lane)}: {e}") from e
         if version is None:
             return None
-        doc = Document(lane, data or "", int(version), cast(Format, fmt or "markdown"))
+        where = self.keys.doc(lane)
+        number = parse_version(version, f"{where} field version")
+        if fmt not in (None, "markdown", "json"):
+            raise CorruptDataError(f"{where} field format is {fmt[:40]!r}, not markdown or json")
+        doc = Document(lane, data or "", number, cast(Format, fmt or "markdown"))
         self._remember(doc)
         return doc
 
@@ -231,6 +242,17 @@ class WorkingMemoryStore:
             op=op,
         )
 
+    async def _check_namespace(self) -> None:
+        """Record or check the namespace's partition count once per store (see
+        :mod:`signals.namespace`): a writer whose count differs from the workers' would
+        append events no worker reads."""
+        if not self._namespace_checked:
+            try:
+                await check_namespace(self.redis, self.keys)
+            except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+                raise RedisUnavailableError(f"reading {self.keys.config()}: {e}") from e
+            self._namespace_checked = True
+
     def _check_writable(self) -> None:
         if self.read_only:
             raise ReadOnlyError("this working-memory client is read-only")
@@ -287,8 +309,22 @@ class WorkingMemoryStore:
         return [version, version + 1, data, self.config.format, encode_json(event), owner,
                 self.idempotency_ttl_s, ref.lane, now, ref.scope]
 
+    async def _run_write(self, ref: LaneRef, script_keys: list[str], args: list[str | int]) -> tuple[str, str]:
+        """Run the write script; Redis errors become this library's."""
+        try:
+            status, detail = await self._write(keys=script_keys, args=args)
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"writing {ref.lane}: {e}") from e
+        except redis_exc.OutOfMemoryError as e:
+            raise RedisBusyError(f"writing {ref.lane}: Redis is out of memory: {e}") from e
+        except redis_exc.ResponseError as e:  # WRONGTYPE and the like: a key of the lane is not ours
+            raise CorruptDataError(f"writing {ref.lane}: {e}") from e
+        return str(status), str(detail)
+
     def _refusal(self, ref: LaneRef, status: str, detail: str, if_version: int | None) -> WmSignalsError | None:
         """The error for a refused write script call (``None`` for a retryable conflict)."""
+        if status == "corrupt":
+            return CorruptDataError(f"{self.keys.doc(ref.lane)} field version is {detail[:40]!r}, not an integer")
         if status == "owner":
             return ThreadOwnerError(f"thread {ref.thread_id!r} belongs to resource {detail!r}, not {ref.resource_id!r}")
         if status == "format":
@@ -310,6 +346,7 @@ class WorkingMemoryStore:
         self._check_writable()
         if idempotency_key is not None:
             validate_id(idempotency_key, "idempotency key")
+        await self._check_namespace()
         ref, owner = await self._resolve_owner(ref)
         script_keys = self._script_keys(ref, owner, idempotency_key)
         current = self._known.get(ref.lane)
@@ -320,16 +357,13 @@ class WorkingMemoryStore:
             data = compute(current.data if current else None)
             check_size(data, self.config.max_bytes)
             args = self._script_args(ref, version, data, op=op, owner=owner, idempotency_key=idempotency_key)
-            try:
-                status, detail = await self._write(keys=script_keys, args=args)
-            except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-                raise RedisUnavailableError(f"writing {ref.lane}: {e}") from e
+            status, detail = await self._run_write(ref, script_keys, args)
             if status == "ok":
                 log.debug("wm.written", lane=ref.lane, version=version + 1, op=op)
                 self._remember(Document(ref.lane, data, version + 1, self.config.format))
                 return version + 1
             if status == "dup":
-                return int(detail)
+                return parse_version(detail, f"idempotency key {idempotency_key!r} of {ref.lane}")
             self._known.pop(ref.lane, None)
             refusal = self._refusal(ref, status, detail, if_version)
             if refusal is not None:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any, cast
+
+import msgspec
+from redis import exceptions as redis_exc
 
 from signals._util import Client, lindex
 from signals.codec import FIELD, decode_signal
+from signals.errors import WmSignalsError
 from signals.keys import Keys
-from signals.lane import LaneTracking
+from signals.lane import MAX_VERSION, LaneTracking
+from signals.models import Signal
 from signals.replay import iter_signals, materialise
+from workers.faults import is_whole_server
 
 __all__ = ("TrackingCache",)
 
@@ -49,48 +56,79 @@ class TrackingCache:
         """Drop a lane (its tracking moved under us)."""
         self._lru.pop(lane, None)
 
-    async def values_for(self, versions: dict[str, int]) -> dict[str, str]:
-        """The text at the given signal version of each lane (lanes at version 0 have none).
+    async def values_for(self, lanes: dict[str, tuple[int, str]]) -> dict[str, str]:
+        """The text at the given signal version of each lane, given as ``(version, tail id)``.
 
-        A lane whose version is no longer in its stream is left out: another worker moved
-        it on (and trimmed) between the tracking read and this one, so the caller's
-        tracking is stale and the lane must be read again.
+        A lane is left out when its text cannot be established from its stream (a junk
+        or foreign tail, a trimmed or deleted stream): the caller then emits a snapshot,
+        which needs no base. Nothing read is trusted: the last entry counts only if it is
+        the one the tracking names, decodes as a signal of this lane at that version.
         """
         out: dict[str, str] = {}
-        missing: list[tuple[str, int]] = []
-        for lane, version in versions.items():
+        missing: list[tuple[str, int, str]] = []
+        for lane, (version, tail) in lanes.items():
             if version == 0:
                 continue
             cached = self._lru.get(lane)
-            if cached is not None and cached.version == version:
+            if cached is not None and cached.version == version and cached.value is not None:
                 out[lane] = cached.value
             else:
-                missing.append((lane, version))
+                missing.append((lane, version, tail))
         if missing:
-            for (lane, version), last in zip(missing, await self._last_values(missing), strict=True):
+            for (lane, version, _), last in zip(missing, await self._last_values(missing), strict=True):
                 value = last if last is not None else await self._rebuild(lane, version)
                 if value is not None:
                     out[lane] = value
         return out
 
-    async def _last_values(self, lanes: list[tuple[str, int]]) -> list[str | None]:
-        """Each lane's last signal ``value`` when that signal is at the given version."""
+    async def _last_values(self, lanes: list[tuple[str, int, str]]) -> list[str | None]:
+        """Each lane's last signal ``value`` when that signal is the tracked one."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for lane, _ in lanes:
+            for lane, _, _ in lanes:
                 pipe.xrevrange(self.keys.signals(lane), count=1)
-            replies = await pipe.execute()
+            replies = await pipe.execute(raise_on_error=False)
         values: list[str | None] = []
-        for (_, version), entries in zip(lanes, replies, strict=True):
-            signal = decode_signal(entries[0][1][FIELD]) if entries else None
-            values.append(signal.value if signal is not None and signal.version == version else None)
+        for (lane, version, tail), entries in zip(lanes, replies, strict=True):
+            signal = _signal_of(lane, entries[0]) if isinstance(entries, list) and entries else None
+            ok = signal is not None and signal.version == version and entries[0][0] == tail
+            values.append(signal.value if ok and signal is not None else None)
         return values
 
     async def _rebuild(self, lane: str, version: int) -> str | None:
-        """The text at ``version``, materialised from the last snapshot at or before it."""
-        last_snapshot = await lindex(self.redis, self.keys.snapshots(lane), -1) or "-"
-        for start in dict.fromkeys((last_snapshot, "-")):  # the version may precede the last snapshot
-            chain = [item async for item in iter_signals(self.redis, self.keys, lane, start=start)]
-            for item in materialise(chain, verify=False):
-                if item.signal.version == version:
-                    return item.value
+        """The text at ``version``, materialised from the last snapshot at or before it;
+        ``None`` when the stream cannot rebuild it (junk, trimmed, of another type)."""
+        try:
+            last_snapshot = await lindex(self.redis, self.keys.snapshots(lane), -1) or "-"
+            for start in dict.fromkeys((last_snapshot, "-")):  # the version may precede the last snapshot
+                chain = [item async for item in iter_signals(self.redis, self.keys, lane, start=start)]
+                for item in materialise(chain, verify=False):
+                    if item.signal.version == version:
+                        return item.value
+        except (WmSignalsError, redis_exc.ResponseError) as e:
+            if is_whole_server(e):
+                raise
         return None
+
+    async def last_version(self, lane: str, *, scan: int = 50) -> int | None:
+        """The highest version among the last ``scan`` decodable signals of the lane's
+        stream; ``None`` when there is none (empty, missing, junk or another type)."""
+        try:
+            entries = cast(list[Any], await self.redis.xrevrange(self.keys.signals(lane), count=scan))
+        except redis_exc.ResponseError as e:
+            if is_whole_server(e):
+                raise
+            return None
+        versions = [s.version for s in (_signal_of(lane, entry) for entry in entries) if s is not None]
+        return max(versions, default=None)
+
+
+def _signal_of(lane: str, entry: Any) -> Signal | None:
+    """A stream entry as a signal of ``lane``, or ``None`` if it is anything else."""
+    try:
+        signal = decode_signal(entry[1][FIELD])
+    except (KeyError, IndexError, TypeError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if signal.lane != lane or not 1 <= signal.version <= MAX_VERSION:
+        return None
+    return signal
+

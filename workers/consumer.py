@@ -1,16 +1,18 @@
-"""The worker loop: read write events, compute signals, commit and acknowledge atomically.
+"""The worker loop's reading side: read write events, decode and check them, hand each
+batch to the lane commit protocol (:mod:`workers.commit`).
 
-One batch is three round trips whatever its size: XREADGROUP over every partition, one
-pipeline reading the tracking of the batch's lanes, one pipeline with one commit script
-per partition (signal XADD + tracking update + XACK, atomic per lane). A lane whose
+One batch is, under load, two round trips whatever its size: one pipeline reading the
+batch's lanes (documents, and trackings not in the cache), one pipeline with one commit
+script per partition that also carries the next XREADGROUP (read-ahead). A lane whose
 tracking moved under us (another worker committed it first) is recomputed from the fresh
 tracking; an event at or below the processed write version is acknowledged without a
 signal, so each write version yields at most one signal and a crash yields no gap.
 
-Poison events (bad JSON, wrong types, a lane that does not exist or does not belong to
-the partition) go to the partition's dead-letter stream at once, with the reason; an
-event whose processing raises anything else is retried and dead-lettered after
-``max_attempts``. Stale pending entries of dead consumers are reclaimed with XAUTOCLAIM.
+Poison events (bad JSON, wrong types, a version outside 1..2**53, a lane that does not
+match its ids or does not belong to the partition, a version beyond the document's) go
+to the partition's dead-letter stream at once, with the reason; an event whose
+processing raises anything else is retried and dead-lettered after ``max_attempts``.
+Stale pending entries of dead consumers are reclaimed with XAUTOCLAIM.
 """
 
 from __future__ import annotations
@@ -19,26 +21,31 @@ import os
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 import msgspec
 import structlog
 from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
-from signals._util import Client, lua, now_iso, queue_script
+from signals._util import Client, lua, now_iso
 from signals.codec import FIELD, decode_write, encode_json
 from signals.errors import GroupMissingError
-from signals.keys import GROUP, Keys
-from signals.lane import LaneOptions, LaneTracking, advance
+from signals.keys import GROUP, Keys, validate_id
+from signals.lane import MAX_VERSION, LaneOptions, is_stream_id
 from signals.models import DeadLetter, WriteEvent
+from signals.signing import Signer
 from workers.cache import TrackingCache
+from workers.commit import BatchStats, LaneCommit, Pending, plan_lane, read_lanes, run_commits
+from workers.faults import is_whole_server
 
 __all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")
 
 log = structlog.get_logger(__name__)
 _MAX_RECOMPUTE = 50
 _LANE_PREFIX = {"resource": "r:", "thread": "t:"}
+#: The write-event field naming the lane's previous event (set by the write script).
+PREV_FIELD = "p"
 
 
 def default_consumer_name() -> str:
@@ -60,24 +67,6 @@ class ConsumerOptions:
     tracking_cache: int = 20_000
 
 
-@dataclass(slots=True)
-class BatchStats:
-    """Counters a worker accumulates (and the demo and benchmarks print)."""
-
-    events: int = 0
-    signals: int = 0
-    snapshots: int = 0
-    deltas: int = 0
-    skipped: int = 0
-    dead_letters: int = 0
-    conflicts: int = 0
-
-    def add(self, other: BatchStats) -> None:
-        """Accumulate another batch's counters."""
-        for name in self.__slots__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-
 RawEntry = tuple[str, str, dict[str, str] | None]
 
 
@@ -89,42 +78,18 @@ class _Prefetch:
     entries: list[RawEntry] | None = None
 
 
-@dataclass(slots=True)
-class _Entry:
-    partition: int
-    entry_id: str
-    event: WriteEvent
-
-
-@dataclass(slots=True)
-class _LaneCommit:
-    """What one lane contributes to its partition's commit script."""
-
-    lane: str
-    expected: int
-    entries: list[_Entry]
-    signals: list[str] = field(default_factory=list)
-    snapshots: list[int] = field(default_factory=list)
-    acks: list[str] = field(default_factory=list)
-    stats: BatchStats = field(default_factory=BatchStats)
-    final: LaneTracking = field(default_factory=LaneTracking)
-
-    def payload(self) -> list[Any]:
-        """The lane's item in the commit script's JSON argument."""
-        return [self.expected, *self.final.to_args(), self.signals, self.snapshots, self.acks]
-
-
 class Consumer:
     """One worker's consumer over every partition of a namespace."""
 
-    def __init__(self, redis: Client, keys: Keys, options: ConsumerOptions, name: str) -> None:
+    def __init__(self, redis: Client, keys: Keys, options: ConsumerOptions, name: str,
+                 signer: Signer | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.options = options
         self.name = name
+        self.signer = signer
         self.stats = BatchStats()
         self._commit = redis.register_script(lua("commit"))
-        self._read = redis.register_script(lua("read_tracking"))
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = redis.register_script(lua("dead_letter"))
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
@@ -181,10 +146,22 @@ class Consumer:
                 total.add(await self.process(raw))
         return total
 
+    async def readable(self, streams: list[str]) -> list[str]:
+        """The write streams of ``streams`` that are streams (or absent): a key of another
+        type would fail every XREADGROUP that names it, for every partition read with it."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                pipe.type(stream)
+            kinds = await pipe.execute()
+        bad = [s for s, kind in zip(streams, kinds, strict=True) if kind not in ("stream", "none")]
+        for stream in bad:
+            log.error("worker.partition_unreadable", stream=stream, type=kinds[streams.index(stream)])
+        return [s for s in streams if s not in bad]
+
     async def reclaim(self) -> BatchStats:
         """XAUTOCLAIM entries idle longer than ``claim_idle_ms`` from any consumer, and process them."""
         total = BatchStats()
-        for stream in self.keys.all_writes():
+        for stream in await self.readable(self.keys.all_writes()):
             start = "0-0"
             while True:
                 reply = await self.redis.xautoclaim(
@@ -214,171 +191,136 @@ class Consumer:
     async def process(self, raw: list[RawEntry], *, prefetch: _Prefetch | None = None) -> BatchStats:
         """Process entries: decode, dead-letter poison, compute and commit the rest."""
         stats = BatchStats(events=len(raw))
-        entries: list[_Entry] = []
+        entries: list[Pending] = []
         for stream, entry_id, fields in raw:
             partition = self._stream_partition[stream]
             if not fields:  # deleted while pending: nothing to do but acknowledge
                 await self.redis.xack(stream, GROUP, entry_id)
                 continue
             try:
-                event = self._decode(fields, partition)
-            except (KeyError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as e:
-                await self._dead_letter(partition, entry_id, fields, f"poison: {e!r}", 1)
+                event, prev = self._decode(fields, partition)
+            except (KeyError, ValueError, TypeError, msgspec.DecodeError, msgspec.ValidationError) as e:
+                await self._dead_letter(partition, entry_id, _printable(fields), f"poison: {e}", 1)
                 stats.dead_letters += 1
                 continue
-            entries.append(_Entry(partition, entry_id, event))
+            entries.append(Pending(partition, entry_id, event, prev))
+        force: dict[str, str] = {}
         for _ in range(_MAX_RECOMPUTE):
             if not entries:
                 break
-            entries = await self._compute_and_commit(entries, stats, prefetch)
+            entries = await self._compute_and_commit(entries, stats, force, prefetch)
         else:
             log.warning("worker.contention", lanes_left=len({e.event.lane for e in entries}))
         self.stats.add(stats)
         return stats
 
-    def _decode(self, fields: dict[str, str], partition: int) -> WriteEvent:
-        """Decode and check one write event; raises on poison."""
+    def _decode(self, fields: dict[str, str], partition: int) -> tuple[WriteEvent, str | None]:
+        """Decode and check one write event on its own (and its chain link); raises on poison."""
         event = decode_write(fields[FIELD])
+        prev = fields.get(PREV_FIELD)
+        if prev and not is_stream_id(prev):
+            raise ValueError(f"field {PREV_FIELD} is {prev[:40]!r}, not a stream id")
+        if not 1 <= event.version <= MAX_VERSION:
+            raise ValueError(f"version {event.version} is outside 1..2**53")
         owner = event.resource_id if event.scope == "resource" else event.thread_id
         if not owner or event.lane != _LANE_PREFIX[event.scope] + owner:
-            raise ValueError(f"lane {event.lane!r} does not match its scope and ids")
+            raise ValueError(f"lane {event.lane[:80]!r} does not match its scope and ids")
+        validate_id(owner, "the event's " + event.scope + " id")
         if self.keys.partition(event.lane) != partition:
-            raise ValueError(f"lane {event.lane!r} does not belong to partition {partition}")
-        return event
+            raise ValueError(f"lane {event.lane[:80]!r} does not belong to partition {partition}")
+        return event, prev
 
     async def _compute_and_commit(
-        self, entries: list[_Entry], stats: BatchStats, prefetch: _Prefetch | None = None
-    ) -> list[_Entry]:
-        """One pass: read the lanes' tracking, compute their signals, commit; returns the
-        entries of lanes another worker advanced meanwhile (to recompute)."""
-        by_lane: dict[str, list[_Entry]] = defaultdict(list)
+        self, entries: list[Pending], stats: BatchStats, force: dict[str, str], prefetch: _Prefetch | None = None
+    ) -> list[Pending]:
+        """One pass: read the lanes, compute their signals, commit; returns the entries of
+        lanes to recompute (another worker advanced them, or the commit asked for a repair)."""
+        by_lane: dict[str, list[Pending]] = defaultdict(list)
         for entry in entries:
             by_lane[entry.event.lane].append(entry)
-        tracking, exists = await self._read_tracking(by_lane)
+        states = await read_lanes(self.redis, self.keys, self._cache,
+                                  {lane: e[0].partition for lane, e in by_lane.items()}, force)
         now = now_iso()
-        per_partition: dict[int, list[_LaneCommit]] = defaultdict(list)
-        retry: list[_Entry] = []
+        per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
         for lane, lane_entries in by_lane.items():
             lane_entries.sort(key=lambda e: e.event.version)
-            if not exists[lane]:
-                for entry in lane_entries:
-                    await self._dead_letter(entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)},
-                                            f"poison: unknown lane {lane!r} (no document)", 1)
-                    stats.dead_letters += 1
-                continue
-            if lane not in tracking:  # another worker moved the lane while we read it
-                stats.conflicts += 1
-                retry.extend(lane_entries)
-                continue
-            commit = await self._compute_lane(lane, tracking[lane], lane_entries, now)
-            per_partition[lane_entries[0].partition].append(commit)
-        return retry + await self._commit_all(per_partition, stats, prefetch)
-
-    async def _read_tracking(
-        self, by_lane: dict[str, list[_Entry]]
-    ) -> tuple[dict[str, LaneTracking], dict[str, bool]]:
-        """Tracking (with the delta base) and document existence per lane: from the cache,
-        else one read script per partition. A lane that moved on between the two reads
-        has no tracking in the result (the caller recomputes it)."""
-        tracking: dict[str, LaneTracking] = {}
-        partitions: dict[int, list[str]] = defaultdict(list)
-        for lane, lane_entries in by_lane.items():
-            cached = self._cache.get(lane)
-            if cached is not None:
-                tracking[lane] = cached
-            else:
-                partitions[lane_entries[0].partition].append(lane)
-        exists = dict.fromkeys(tracking, True)
-        if not partitions:
-            return tracking, exists
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for group in partitions.values():
-                await queue_script(pipe, self._read,
-                                   [k for lane in group for k in (self.keys.track(lane), self.keys.doc(lane))], [])
-            replies = await pipe.execute()
-        fields: dict[str, list[Any]] = {}
-        for group, flat in zip(partitions.values(), replies, strict=True):
-            for n, lane in enumerate(group):
-                fields[lane] = flat[6 * n : 6 * n + 6]
-                exists[lane] = bool(fields[lane][5])
-        values = await self._cache.values_for({lane: int(f[0] or 0) for lane, f in fields.items() if f[5]})
-        for lane, f in fields.items():
-            if int(f[0] or 0) == 0 or lane in values:
-                tracking[lane] = LaneTracking.from_fields(f[:5], values.get(lane, ""))
-        return tracking, exists
-
-    async def _compute_lane(
-        self, lane: str, tracking: LaneTracking, lane_entries: list[_Entry], now: str
-    ) -> _LaneCommit:
-        commit = _LaneCommit(lane, tracking.write_version, lane_entries)
-        for entry in lane_entries:
             try:
-                tracking, signal = advance(tracking, entry.event, self.options.lane, now=now)
+                commit, poison = plan_lane(lane, states[lane], lane_entries, options=self.options.lane, now=now,
+                                          signer=self.signer)
             except Exception as e:  # noqa: BLE001 - classified: counted, retried, then dead-lettered
-                await self._failed(entry, e, commit.stats)
+                for entry in lane_entries:
+                    await self._failed(entry, e, stats)
                 continue
-            commit.acks.append(entry.entry_id)
-            if signal is None:
-                commit.stats.skipped += 1
-                continue
-            snapshot = signal.mode == "snapshot"
-            commit.signals.append(encode_json(signal))
-            commit.snapshots.append(int(snapshot))
-            commit.stats.signals += 1
-            commit.stats.snapshots += snapshot
-            commit.stats.deltas += not snapshot
-        commit.final = tracking
-        return commit
+            for entry, reason in poison:
+                await self._dead_letter(entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)}, reason, 1)
+                stats.dead_letters += 1
+            if commit.entries or commit.state.repair:
+                per_partition[lane_entries[0].partition].append(commit)
+        force.clear()
+        return await self._commit_all(per_partition, stats, force, prefetch)
 
     async def _commit_all(
-        self, per_partition: dict[int, list[_LaneCommit]], stats: BatchStats, prefetch: _Prefetch | None = None
-    ) -> list[_Entry]:
-        """Commit every partition's lanes; returns the entries of conflicted lanes."""
-        retry: list[_Entry] = []
+        self, per_partition: dict[int, list[LaneCommit]], stats: BatchStats, force: dict[str, str],
+        prefetch: _Prefetch | None = None,
+    ) -> list[Pending]:
+        """Commit every partition's lanes; returns the entries of lanes to recompute.
+
+        A partition whose script failed (a per-lane fault the checks did not foresee) is
+        committed again lane by lane, so that only the faulty lane's events are retried.
+        """
+        retry: list[Pending] = []
         if not per_partition:
             return retry
         order = list(per_partition.items())
-        results = await self._run_commits(order, prefetch)
-        for (_, commits), conflicts in zip(order, results, strict=True):
-            conflicted = {int(i) - 1 for i in conflicts}
-            for position, c in enumerate(commits):
-                if position in conflicted:
-                    stats.conflicts += 1
-                    retry.extend(c.entries)
-                    self._cache.forget(c.lane)
-                else:
-                    stats.add(c.stats)
-                    self._cache.remember(c.lane, c.final)
-        return retry
-
-    async def _run_commits(
-        self, order: list[tuple[int, list[_LaneCommit]]], prefetch: _Prefetch | None
-    ) -> list[list[int]]:
-        """One commit script per partition in one pipeline, plus the read-ahead (once) when
-        asked; returns each script's conflicted lane positions."""
         reading = prefetch is not None and prefetch.entries is None
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for partition, commits in order:
-                script_keys = [self.keys.writes(partition)]
-                for c in commits:
-                    script_keys += [self.keys.track(c.lane), self.keys.signals(c.lane), self.keys.snapshots(c.lane)]
-                payload = encode_json([c.payload() for c in commits])
-                await queue_script(pipe, self._commit, script_keys, [GROUP, self.options.keep_snapshots, payload])
-            if prefetch is not None and reading:
-                pipe.xreadgroup(GROUP, self.name, dict.fromkeys(prefetch.streams, ">"),
-                                count=self.options.batch)
-            results = await pipe.execute(raise_on_error=False)
+        read_ahead = (self.name, prefetch.streams, self.options.batch) if prefetch and reading else None
+        results, ahead = await run_commits(self.redis, self.keys, self._commit, order,
+                                           keep=self.options.keep_snapshots, read_ahead=read_ahead)
         if prefetch is not None and reading:
-            ahead = results.pop()
             # a failed read-ahead (NOGROUP, say) is left for the next blocking read to report
             prefetch.entries = [] if isinstance(ahead, Exception) else self._flatten(ahead)
-        for result in results:
+        for (partition, commits), result in zip(order, results, strict=True):
             if isinstance(result, Exception):
-                raise result
-        return cast(list[list[int]], results)
+                retry += await self._commit_one_by_one(partition, commits, stats, force, result)
+                continue
+            for c, status in zip(commits, result, strict=True):
+                retry += self._settle(c, status, stats, force)
+        return retry
 
-    async def _failed(self, entry: _Entry, error: Exception, stats: BatchStats) -> None:
+    async def _commit_one_by_one(
+        self, partition: int, commits: list[LaneCommit], stats: BatchStats, force: dict[str, str], error: Exception
+    ) -> list[Pending]:
+        log.warning("worker.commit_failed", partition=partition, lanes=len(commits), error=str(error)[:200])
+        retry: list[Pending] = []
+        for c in commits:
+            [result], _ = await run_commits(self.redis, self.keys, self._commit, [(partition, [c])],
+                                            keep=self.options.keep_snapshots)
+            if isinstance(result, Exception):
+                self._cache.forget(c.lane)
+                for entry in c.entries:
+                    await self._failed(entry, result, stats)
+            else:
+                retry += self._settle(c, result[0], stats, force)
+        return retry
+
+    def _settle(self, c: LaneCommit, status: list[str], stats: BatchStats, force: dict[str, str]) -> list[Pending]:
+        """Apply one lane's commit status; returns its entries when it must be recomputed."""
+        if status[0] == "ok":
+            stats.add(c.stats)
+            self._cache.remember(c.lane, msgspec.structs.replace(c.final, tail=status[1]))
+            return []
+        self._cache.forget(c.lane)
+        if status[0] == "conflict":
+            stats.conflicts += 1
+        else:  # "resnap" or "type": the lane's own keys are not what the tracking says
+            force[c.lane] = status[0]
+            log.warning("worker.lane_check_failed", lane=c.lane, status=status[0], detail=status[1:])
+        return c.entries
+
+    async def _failed(self, entry: Pending, error: Exception, stats: BatchStats) -> None:
         """Count a processing failure; dead-letter the event after ``max_attempts``."""
+        if is_whole_server(error):
+            raise error
         attempts = int(await self.redis.hincrby(self.keys.failures(entry.partition), entry.entry_id, 1))
         log.warning("worker.event_failed", entry_id=entry.entry_id, attempts=attempts, error=repr(error))
         if attempts >= self.options.max_attempts:
@@ -396,3 +338,8 @@ class Consumer:
             args=[GROUP, entry_id, encode_json(letter), self.options.dead_letter_maxlen],
         )
         log.warning("worker.dead_lettered", partition=partition, entry_id=entry_id, error=error)
+
+
+def _printable(fields: dict[str, str]) -> dict[str, str]:
+    """An entry's fields as they can be stored in a dead letter: strings, bounded."""
+    return {str(k)[:200]: str(v)[:70_000] for k, v in list(fields.items())[:20]}

@@ -18,6 +18,8 @@ async def trim_write_streams(redis: Client, keys: Keys) -> int:
     """Trim each write stream below its oldest unacknowledged entry; returns entries removed."""
     removed = 0
     for stream in keys.all_writes():
+        if await redis.type(stream) != "stream":  # absent, or another type (the reader reports it)
+            continue
         groups = await redis.xinfo_groups(stream)
         group = next((g for g in groups if g["name"] == GROUP), None)
         if group is None:

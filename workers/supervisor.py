@@ -5,9 +5,16 @@ restart under the same name resumes exactly), then read new entries. Maintenance
 every ``maintenance_interval_s``: reclaim entries idle past ``claim_idle_ms`` from dead
 consumers (XAUTOCLAIM) and trim write streams below their oldest unacknowledged entry.
 
-Redis going away: the reader backs off with full jitter (0.05 s doubling to 2 s) and
-retries until ``reconnect_timeout_s`` has passed without success, then the worker exits
-non-zero; after a reconnect it re-processes its own pending entries first.
+Redis going away or refusing work (unreachable, out of memory under ``noeviction``,
+loading, a read-only replica; see :mod:`workers.faults`): the reader backs off with full
+jitter (0.05 s doubling to 2 s) and retries until ``reconnect_timeout_s`` has passed
+without success, then the worker exits non-zero; after a reconnect it re-processes its
+own pending entries first. A fault of one lane never reaches this level (see
+:mod:`workers.commit`); a write stream key of another type is left out of the reads
+(logged as ``worker.partition_unreadable``) and checked again every maintenance interval.
+
+At start the worker checks the namespace's shared settings (:mod:`signals.namespace`):
+a partition count different from the stored one stops it with a clear message.
 
 Shutdown (SIGTERM/SIGINT or ``stop``): stop reading, let the batch in flight finish and
 commit, exit 0. If that takes longer than ``grace_s`` the task group is cancelled (the
@@ -27,14 +34,16 @@ from redis import exceptions as redis_exc
 
 from signals._util import Client
 from signals.errors import RedisUnavailableError
+from signals.namespace import check_namespace
+from signals.signing import Signer
 from workers.consumer import Consumer, RawEntry
+from workers.faults import is_whole_server
 from workers.maintenance import trim_write_streams
 from workers.settings import Settings
 
 __all__ = ("run_worker",)
 
 log = structlog.get_logger(__name__)
-_TRANSIENT = (redis_exc.ConnectionError, redis_exc.TimeoutError)
 
 
 class _Backoff:
@@ -65,7 +74,9 @@ async def _retrying(backoff: _Backoff, stop: anyio.Event, fn: object) -> None:
     while not stop.is_set():
         try:
             await fn()  # type: ignore[operator]
-        except _TRANSIENT as e:
+        except redis_exc.RedisError as e:
+            if not is_whole_server(e):
+                raise
             await backoff.wait(e)
         else:
             backoff.ok()
@@ -83,8 +94,11 @@ async def run_worker(
 ) -> Consumer:
     """Run a worker until ``stop`` is set (or SIGTERM/SIGINT); returns its consumer."""
     stop = stop or anyio.Event()
-    consumer = Consumer(redis, settings.keys(), settings.consumer_options(), name)
+    key = settings.signing_key_bytes()
+    consumer = Consumer(redis, settings.keys(), settings.consumer_options(), name,
+                        signer=Signer(key) if key else None)
     backoff = _Backoff(settings.reconnect_timeout_s)
+    await _retrying(backoff, stop, lambda: check_namespace(redis, consumer.keys))
     await _retrying(backoff, stop, consumer.ensure_groups)
     log.info("worker.started", consumer=name, partitions=settings.partitions, policy=settings.policy)
     async with anyio.create_task_group() as tg:
@@ -115,21 +129,31 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
     """
     drain = True
     ahead: list[RawEntry] = []
+    active, checked = streams, time.monotonic()
     while not stop.is_set() or ahead:
         try:
+            if active is not streams and time.monotonic() - checked > consumer.options.claim_idle_ms / 1000:
+                active, checked = await consumer.readable(streams), time.monotonic()
             if drain:
-                await consumer.drain_pending(streams)
+                await consumer.drain_pending(active)
                 drain = False
                 continue
-            raw = ahead or await consumer.read_batch(streams)
+            raw = ahead or await consumer.read_batch(active)
             ahead = []
             if raw:
-                ahead = await consumer.process_and_read(raw, None if stop.is_set() else streams)
+                ahead = await consumer.process_and_read(raw, None if stop.is_set() else active)
             backoff.ok()
-        except _TRANSIENT as e:
+        except redis_exc.RedisError as e:
             ahead = []  # read but unprocessed: still pending, drain_pending reads them again
             drain = True
-            await backoff.wait(e)
+            if is_whole_server(e):
+                await backoff.wait(e)
+            elif "WRONGTYPE" in str(e):
+                active, checked = await consumer.readable(streams), time.monotonic()
+                if not active:
+                    await backoff.wait(e)
+            else:
+                raise
 
 
 async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float, backoff: _Backoff) -> None:
@@ -141,7 +165,9 @@ async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float, b
         try:
             await consumer.reclaim()
             await trim_write_streams(consumer.redis, consumer.keys)
-        except _TRANSIENT as e:
+        except redis_exc.RedisError as e:
+            if not is_whole_server(e) and "WRONGTYPE" not in str(e):
+                raise
             log.warning("worker.maintenance_skipped", error=repr(e))
 
 

@@ -1,36 +1,102 @@
--- A worker's commit for one partition: per lane, if nobody else advanced the lane since
--- the worker read its tracking, append the lane's new signals (trimming the signal stream
--- only at snapshot boundaries), update the tracking and acknowledge the write events.
--- Lanes whose tracking moved are left untouched and returned (the worker recomputes them).
+-- A worker's commit for one partition. Per lane, atomically: check the lane's keys have
+-- their types, compare-and-set on the tracking's processed write version, check the
+-- signal stream still ends at the signal the tracking names, then append the lane's new
+-- signals (trimming only at snapshot boundaries), store the tracking and acknowledge the
+-- lane's write events. A lane that fails a check is left untouched and its status says
+-- why; the worker recomputes it. Nothing read here is trusted: ids are checked before use.
 -- KEYS: 1 writes stream, then per lane i: trk, sig, snaps
--- ARGV: 1 group, 2 snapshots to keep, 3 JSON array, one item per lane:
---   [expected wv, v, ck, mode, wv, n, [signal json...], [is snapshot 0/1...], [entry id...]]
+-- ARGV: 1 group, 2 snapshots to keep, 3 JSON array, one object per lane:
+--   expected   the tracking's wv exactly as the worker read it ('' when absent, '!type' when
+--              the tracking key had another type)
+--   tail       the stream id the signal stream must end at ('' = empty or absent), or
+--              false when the lane is being re-snapshotted (no tail check)
+--   repair     1: delete lane keys of the wrong type, and with reset=1 the signal stream and
+--              snapshot list, before appending (the first signal is then a snapshot)
+--   fields     the tracking hash to store, by name
+--   signals, macs, snapshot, acks   the signal JSONs, their MACs ('' = none), 0/1 per
+--              signal, the write entry ids to acknowledge
+-- Returns one item per lane: {'ok', tail id}, {'conflict'}, {'resnap'} or {'type', keys}.
 local group = ARGV[1]
 local keep = tonumber(ARGV[2])
 local lanes = cjson.decode(ARGV[3])
-local conflicts = {}
+local wanted = {'hash', 'stream', 'list'}
+
+local function is_id(s)
+  return type(s) == 'string' and string.match(s, '^%d+%-%d+$') ~= nil
+end
+
+local function id_le(a, b)
+  local am, as = string.match(a, '^(%d+)%-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am < bm or (am == bm and as <= bs)
+end
+
+local out = {}
 for i, lane in ipairs(lanes) do
   local k = 2 + (i - 1) * 3
-  local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-  local current = tonumber(redis.call('HGET', trk, 'wv') or '0')
-  if current ~= lane[1] then
-    conflicts[#conflicts + 1] = i
+  local keys = {KEYS[k], KEYS[k + 1], KEYS[k + 2]}
+  local trk, sig, snaps = keys[1], keys[2], keys[3]
+  local mistyped = {}
+  for j = 1, 3 do
+    local t = redis.call('TYPE', keys[j])['ok']
+    if t ~= 'none' and t ~= wanted[j] then mistyped[#mistyped + 1] = keys[j] end
+  end
+  local status = nil
+  if #mistyped > 0 and lane.repair ~= 1 then
+    status = {'type', table.concat(mistyped, ' ')}
   else
-    local signals, snapshot = lane[7], lane[8]
-    for s = 1, #signals do
-      local id = redis.call('XADD', sig, '*', 'e', signals[s])
-      if snapshot[s] == 1 then
+    if #mistyped > 0 then redis.call('DEL', unpack(mistyped)) end
+    local current = ''
+    if lane.expected == '!type' then
+      if #mistyped == 0 or mistyped[1] ~= trk then current = redis.call('HGET', trk, 'wv') or '' else current = '!type' end
+    else
+      current = redis.call('HGET', trk, 'wv') or ''
+    end
+    if current ~= lane.expected then
+      status = {'conflict'}
+    elseif lane.tail ~= false then
+      local last = redis.call('XREVRANGE', sig, '+', '-', 'COUNT', 1)[1]
+      local last_id = last and last[1] or ''
+      if last_id ~= lane.tail then status = {'resnap'} end
+    end
+  end
+  if status == nil then
+    if lane.repair == 1 and lane.reset == 1 then redis.call('DEL', sig, snaps) end
+    local fields = lane.fields
+    local tail = fields.tail
+    for s = 1, #lane.signals do
+      local id
+      if lane.macs[s] ~= '' then
+        id = redis.call('XADD', sig, '*', 'e', lane.signals[s], 'm', lane.macs[s])
+      else
+        id = redis.call('XADD', sig, '*', 'e', lane.signals[s])
+      end
+      tail = id
+      if lane.snapshot[s] == 1 then
         redis.call('RPUSH', snaps, id)
         if redis.call('LLEN', snaps) > keep then
           redis.call('LPOP', snaps)
-          redis.call('XTRIM', sig, 'MINID', redis.call('LINDEX', snaps, 0))
+          local first = redis.call('LINDEX', snaps, 0)
+          if is_id(first) and id_le(first, id) then
+            redis.call('XTRIM', sig, 'MINID', first)
+          else -- a snapshot list we did not write: start it again at this snapshot
+            redis.call('DEL', snaps)
+            redis.call('RPUSH', snaps, id)
+          end
         end
       end
     end
-    redis.call('HSET', trk, 'v', lane[2], 'ck', lane[3], 'mode', lane[4], 'wv', lane[5],
-      'n', lane[6])
-    local acks = lane[9]
-    if #acks > 0 then redis.call('XACK', KEYS[1], group, unpack(acks)) end
+    fields.tail = tail
+    local hset = {}
+    for name, value in pairs(fields) do
+      hset[#hset + 1] = name
+      hset[#hset + 1] = value
+    end
+    redis.call('HSET', trk, unpack(hset))
+    if #lane.acks > 0 then redis.call('XACK', KEYS[1], group, unpack(lane.acks)) end
+    status = {'ok', tail}
   end
+  out[i] = status
 end
-return conflicts
+return out

@@ -1,5 +1,9 @@
 -- One working-memory write: idempotency, thread owner, compare-and-set on the version,
 -- store the document and append the write event, atomically on one slot.
+-- The event's field p is the id of the lane's previous write event (the document's eid,
+-- '' for the first), and the document records its own event's id as eid: the genuine
+-- events of a lane form a chain a worker can check, anchored in the document and in its
+-- own tracking, so an event appended to the stream by anyone else is recognised.
 -- KEYS: 1 doc, 2 writes stream, 3 idempotency key (or doc when none), 4 thread key
 --       (or doc when no owner check here), 5 lanes set
 -- ARGV: 1 expected version, 2 new version, 3 data, 4 format, 5 event json,
@@ -13,13 +17,14 @@ if ARGV[6] ~= '' then
   if owner and owner ~= ARGV[6] then return {'owner', owner} end
   if not owner then redis.call('HSET', KEYS[4], 'resource', ARGV[6], 'createdAt', ARGV[9]) end
 end
-local cur = redis.call('HMGET', KEYS[1], 'version', 'format')
+local cur = redis.call('HMGET', KEYS[1], 'version', 'format', 'eid')
 local version = tonumber(cur[1] or '0')
+if version == nil then return {'corrupt', cur[1]} end
 if version ~= tonumber(ARGV[1]) then return {'conflict', tostring(version)} end
 if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
+local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[5], 'p', cur[3] or '')
 redis.call('HSET', KEYS[1], 'data', ARGV[3], 'version', ARGV[2], 'format', ARGV[4],
-  'scope', ARGV[10], 'updatedAt', ARGV[9])
-local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[5])
+  'scope', ARGV[10], 'updatedAt', ARGV[9], 'eid', id)
 redis.call('SADD', KEYS[5], ARGV[8])
 if KEYS[3] ~= KEYS[1] then
   redis.call('SET', KEYS[3], ARGV[2], 'EX', tonumber(ARGV[7]))

@@ -203,5 +203,6 @@ async def test_tracking_read_of_a_lane_moved_and_trimmed_meanwhile_is_retried(
             await store.replace("moved", text)
             await wait_caught_up(redis, keys)
     cache = TrackingCache(redis, keys, capacity=10)
-    assert await cache.values_for({"r:moved": 1}) == {}
-    assert await cache.values_for({"r:moved": 3}) == {"r:moved": "# three"}
+    [(tail, _)] = await redis.xrevrange(keys.signals("r:moved"), count=1)
+    assert await cache.values_for({"r:moved": (1, tail)}) == {}
+    assert await cache.values_for({"r:moved": (3, tail)}) == {"r:moved": "# three"}

@@ -174,7 +174,7 @@ async def test_fresh_worker_rebuilds_prior_when_deltas_omit_value(
             for k in range(4):
                 lines[(round_ * 4 + k) % 12] = f"- fact changed in round {round_} step {k}"
                 await store.replace("u", "# Notes\n" + "\n".join(lines))
-            await wait_caught_up(redis, keys)
+                await wait_caught_up(redis, keys)  # one signal per write (no catch-up coalescing)
     signals = await check_lane(redis, keys, "r:u")
     deltas = [s for s in signals if s.mode == "delta"]
     assert len(deltas) >= 8 and all(s.value is None for s in deltas)

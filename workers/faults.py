@@ -1,0 +1,34 @@
+"""Which errors are the server's (back off and retry) and which belong to one lane.
+
+A worker must never exit for a fault of one lane, and must never dead-letter a lane's
+events because the server was briefly unable to work. Whole-server conditions: the
+connection failed or timed out, Redis is out of memory (``noeviction``), loading its
+dataset, a read-only replica, or a cluster reconfiguring. Everything else a command
+answers with is about the keys it touched.
+"""
+
+from __future__ import annotations
+
+from redis import exceptions as redis_exc
+
+__all__ = ("WHOLE_SERVER", "is_whole_server")
+
+#: Exception classes of whole-server conditions (redis-py maps ``LOADING`` to a
+#: ConnectionError subclass, ``OOM`` and ``READONLY`` to ResponseError subclasses).
+WHOLE_SERVER: tuple[type[Exception], ...] = (
+    redis_exc.ConnectionError,
+    redis_exc.TimeoutError,
+    redis_exc.OutOfMemoryError,
+    redis_exc.ReadOnlyError,
+    redis_exc.TryAgainError,
+    redis_exc.ClusterDownError,
+)
+_PREFIXES = ("OOM", "LOADING", "MASTERDOWN", "BUSY", "READONLY", "TRYAGAIN", "CLUSTERDOWN")
+
+
+def is_whole_server(error: BaseException) -> bool:
+    """Whether ``error`` is about the server rather than one lane (also when a Lua
+    script relays it as a plain error reply)."""
+    if isinstance(error, WHOLE_SERVER):
+        return True
+    return isinstance(error, redis_exc.ResponseError) and str(error).lstrip("-").startswith(_PREFIXES)
