@@ -23,6 +23,7 @@ from signals.deliveries import DeliveryLog
 from signals.keys import Keys, lane_id
 from signals.memory import WorkingMemoryConfig
 from signals.replay import Materialised
+from signals.signing import Signer
 from signals.store import WorkingMemoryStore
 from signals.subscribe import Subscription
 from signals.system_message import TemplateProvider, working_memory_system_message
@@ -44,6 +45,15 @@ class AgentWorkingMemory:
         read_only: no tool, read-only system message, no writes.
         delivery: ``state-signals`` (default) or ``system-message``.
         log_deliveries: record every addition in the thread's delivery log.
+        template_provider: the template for the system-message delivery, per request.
+        signer: when given, only signals with a valid MAC reach the model (see
+            :mod:`signals.signing`); any other entry is skipped and logged.
+
+    Nothing read from the signal stream is trusted: the subscription delivers only
+    signals it has verified (decoded, of this lane, chained, cacheKey matching; MAC'd
+    when a signer is given) and skips the rest with a warning log event, so a junk or
+    forged entry never reaches the window and never stops the loop. After a delta that
+    does not chain it waits for the lane's next snapshot (see :mod:`signals.subscribe`).
     """
 
     def __init__(
@@ -58,6 +68,7 @@ class AgentWorkingMemory:
         delivery: Literal["state-signals", "system-message"] = "state-signals",
         log_deliveries: bool = True,
         template_provider: TemplateProvider | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.config = config or WorkingMemoryConfig()
         self.resource_id = resource_id
@@ -67,7 +78,7 @@ class AgentWorkingMemory:
         self.template_provider = template_provider
         self.lane = lane_id(self.config.scope, resource_id, thread_id)
         self.store = WorkingMemoryStore(redis, keys=keys, config=self.config, read_only=read_only)
-        self.subscription = Subscription(redis, keys, self.lane)
+        self.subscription = Subscription(redis, keys, self.lane, signer=signer)
         self.window = WindowTracker(self.lane)
         self.log = DeliveryLog(redis, keys) if (log_deliveries and thread_id) else None
 

@@ -5,18 +5,30 @@ Per thread, an append-only Redis stream of :class:`~signals.models.Delivery` rec
 (approximate trimming). :meth:`DeliveryLog.view_at` answers "what working memory could
 the model rebuild at step N" from the log: the last snapshot delivered at or before N
 plus the deltas delivered after it, up to N.
+
+Nothing read back is trusted: an entry that is not a delivery record of this thread (no
+``e`` field, not UTF-8, not JSON, wrong types, another thread's id, a version outside
+1..2**53), or a chain that does not rebuild (a delta that does not apply, a text that
+does not match its cacheKey), raises :class:`~signals.errors.CorruptDataError` naming
+the stream and the entry id. The log is evidence of what a model saw: a reader is told
+that it was tampered with, not handed a guess (the CLI maps it to exit 2).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from signals._time import now_iso
-from signals._util import Client, xrange
+from signals._util import Client
+from signals.cachekey import cache_key
 from signals.codec import FIELD, decode_delivery, encode_json
+from signals.errors import CorruptDataError, InvalidInputError
 from signals.keys import Keys, validate_id
 from signals.models import Delivery
 from signals.processor import apply_delta
+from signals.replay import MAX_VERSION, RawEntry, xrange_entries
 from signals.window import StepResult
 
 __all__ = ("DeliveryLog", "ModelView")
@@ -57,31 +69,85 @@ class DeliveryLog:
         return records
 
     async def read(self, thread_id: str, *, from_step: int = 0, to_step: int | None = None) -> list[Delivery]:
-        """The thread's retained deliveries in order, optionally within a step range."""
+        """The thread's retained deliveries in order, optionally within a step range.
+
+        Raises:
+            CorruptDataError: an entry is not a delivery record of this thread (names it).
+        """
+        return [record for _, record in await self._entries(thread_id, from_step, to_step)]
+
+    async def _entries(self, thread_id: str, from_step: int = 0,
+                       to_step: int | None = None) -> list[tuple[str, Delivery]]:
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
-        out: list[Delivery] = []
+        out: list[tuple[str, Delivery]] = []
         cursor = "-"
         while True:
-            entries = await xrange(self.redis, stream, start=cursor, count=1000)
-            for _, fields in entries:
-                record = decode_delivery(fields[FIELD])
+            entries = await xrange_entries(self.redis, stream, start=cursor, count=1000)
+            for entry in entries:
+                record = _decode(stream, thread_id, entry)
                 if record.step >= from_step and (to_step is None or record.step <= to_step):
-                    out.append(record)
+                    out.append((entry[0], record))
             if len(entries) < 1000:
                 return out
             cursor = "(" + entries[-1][0]
 
     async def view_at(self, thread_id: str, step: int) -> ModelView | None:
-        """What the model could rebuild at ``step`` (``None`` before any delivery)."""
-        records = await self.read(thread_id, to_step=step)
-        snapshot = max((i for i, r in enumerate(records) if r.mode == "snapshot"), default=None)
+        """What the model could rebuild at ``step`` (``None`` before any delivery).
+
+        The last snapshot delivered at or before ``step``, then the deltas after it in
+        order; a delta of a version already applied is a re-delivery (the window had
+        lost its copy) and changes nothing. Every text is checked against its cacheKey.
+
+        Raises:
+            CorruptDataError: a bad entry, a version gap, a delta that does not apply or
+                a text that does not match its cacheKey (names the entry).
+        """
+        stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
+        records = await self._entries(thread_id, to_step=step)
+        snapshot = max((i for i, (_, r) in enumerate(records) if r.mode == "snapshot"), default=None)
         if snapshot is None:
             return None
         chain = records[snapshot:]
-        text = chain[0].contents
-        for record in chain[1:]:
-            if record.mode == "delta":
+        text, version = chain[0][1].contents, chain[0][1].version
+        _check_key(stream, chain[0][0], chain[0][1], text)
+        for entry_id, record in chain[1:]:
+            if record.version <= version:
+                continue
+            if record.version != version + 1:
+                raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
+                                       f"follows version {version}")
+            try:
                 text = apply_delta(text, record.contents, record.attributes.patch)
-            else:
-                text = record.contents
-        return ModelView(step, chain[-1].version, text, tuple(chain))
+            except (InvalidInputError, RecursionError) as e:
+                raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta does not apply: {e}") from e
+            _check_key(stream, entry_id, record, text)
+            version = record.version
+        return ModelView(step, version, text, tuple(r for _, r in chain))
+
+
+def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
+    """One delivery-log entry, checked; ``CorruptDataError`` names the entry and the problem."""
+    entry_id, fields = entry
+    where = f"delivery log {stream} entry {entry_id}"
+    if fields is None:
+        raise CorruptDataError(f"{where}: a field is not UTF-8 text")
+    if FIELD not in fields:
+        raise CorruptDataError(f"{where}: no {FIELD!r} field")
+    try:
+        record = decode_delivery(fields[FIELD])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError) as e:
+        raise CorruptDataError(f"{where}: not a delivery record: {str(e)[:200]}") from e
+    if record.thread_id != thread_id:
+        raise CorruptDataError(f"{where}: threadId {record.thread_id[:80]!r} is not this log's thread")
+    if not 0 <= record.step <= MAX_VERSION or not 1 <= record.version <= MAX_VERSION:
+        raise CorruptDataError(f"{where}: step {str(record.step)[:40]} or version {str(record.version)[:40]} "
+                               "is out of range")
+    if {"r:": "resource", "t:": "thread"}.get(record.lane[:2]) != record.attributes.scope:
+        raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} does not fit scope {record.attributes.scope!r}")
+    return record
+
+
+def _check_key(stream: str, entry_id: str, record: Delivery, text: str) -> None:
+    if cache_key(record.attributes.format, text) != record.cache_key:
+        raise CorruptDataError(f"delivery log {stream} entry {entry_id}: the rebuilt text does not match "
+                               "its cacheKey")

@@ -1,25 +1,52 @@
-"""Lag: how far the workers are behind the writers, per lane (read-only)."""
+"""Lag: how far the workers are behind the writers, per lane (read-only).
+
+Versions read back are checked: a document or tracking hash whose version is not an
+integer within 0..2**53 (or a key of another type) raises
+:class:`~signals.errors.CorruptDataError` naming the key and the field, instead of a raw
+``ValueError``.
+"""
 
 from __future__ import annotations
 
 import anyio
+from redis import exceptions as redis_exc
 
 from signals._util import Client, smembers
+from signals.errors import CorruptDataError
 from signals.keys import Keys
+from signals.replay import MAX_VERSION
 
 __all__ = ("lagging_lanes", "lane_versions", "wait_caught_up")
 
 
 async def lane_versions(redis: Client, keys: Keys, lanes: list[str]) -> list[tuple[int, int]]:
-    """Per lane: (document version, write version the workers have processed)."""
+    """Per lane: (document version, write version the workers have processed).
+
+    Raises:
+        CorruptDataError: a version field is not an integer within 0..2**53 (names it).
+    """
     if not lanes:
         return []
     async with redis.pipeline(transaction=False) as pipe:
         for lane in lanes:
-            pipe.hget(keys.doc(lane), "version")
-            pipe.hget(keys.track(lane), "wv")
-        replies = await pipe.execute()
-    return [(int(replies[2 * i] or 0), int(replies[2 * i + 1] or 0)) for i in range(len(lanes))]
+            pipe.execute_command("HGET", keys.doc(lane), "version", NEVER_DECODE=True)
+            pipe.execute_command("HGET", keys.track(lane), "wv", NEVER_DECODE=True)
+        replies = await pipe.execute(raise_on_error=False)
+    return [(_version(replies[2 * i], keys.doc(lane), "version"), _version(replies[2 * i + 1], keys.track(lane), "wv"))
+            for i, lane in enumerate(lanes)]
+
+
+def _version(raw: object, key: str, field: str) -> int:
+    if raw is None:
+        return 0
+    if isinstance(raw, redis_exc.ResponseError) and str(raw).startswith("WRONGTYPE"):
+        raise CorruptDataError(f"{key} is not a hash") from raw
+    if isinstance(raw, Exception):
+        raise raw  # whole-server conditions (OOM, loading...) are not this lane's data
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    if not text.isascii() or not text.isdigit() or len(text) > 16 or int(text) > MAX_VERSION:
+        raise CorruptDataError(f"{key} field {field} is {text[:40]!r}, not an integer within 0..2**53")
+    return int(text)
 
 
 async def lagging_lanes(redis: Client, keys: Keys) -> dict[str, tuple[int, int]]:

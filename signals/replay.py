@@ -1,28 +1,70 @@
-"""Read a lane's signal history back, rebuild each version, verify the chain. Read-only.
+"""Read a lane's signal history back, rebuild each version, verify the chain and the truth.
 
-:func:`materialise` walks signals in order: a snapshot sets the text, a delta applies to
-the text of the version it names (``baseVersion``, or the previous signal); each rebuilt
-text must hash to the signal's cacheKey. The first failure raises
-:class:`~signals.errors.VerifyError` naming the entry. It never joins a consumer group
-and never writes.
+Read-only: it never joins a consumer group and never writes. Nothing read is trusted:
+
+* :func:`xrange_entries` / :func:`xread_entries` read stream entries as bytes and decode
+  them one by one, so an entry that is not UTF-8 is one bad entry, not a reply that
+  cannot be read (redis-py would raise ``UnicodeDecodeError`` for the whole batch).
+* :func:`decode_entry` turns one entry into a :class:`~signals.models.Signal` or raises
+  :class:`~signals.errors.VerifyError` naming the entry id and what is wrong: no ``e``
+  field, not JSON, wrong types, a ``lane`` that is not this stream's lane, a version
+  outside 1..2**53, inconsistent fields, or (given a :class:`~signals.signing.Signer`)
+  a missing or wrong MAC. Replay and verification report such an entry; the live readers
+  (:mod:`signals.subscribe`) skip it and log a warning.
+* :func:`materialise` walks signals in order: a snapshot sets the text, a delta applies
+  to the text of the version it names (``baseVersion``, or the previous signal); each
+  rebuilt text must hash to the signal's cacheKey (:func:`text_problem`). The first failure raises
+  :class:`~signals.errors.VerifyError` naming the entry.
+* :func:`check_document` compares the latest signal with the stored document (the truth
+  the chain is meant to deliver): a well-formed chain whose last signal was forged, or
+  whose text differs from the document, fails. :func:`verify_lane` does all of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, Final
 
 import msgspec
+from redis import exceptions as redis_exc
 
-from signals._util import Client, xrange
-from signals.cachekey import cache_key
+from signals._util import Client
+from signals.cachekey import cache_key, js_trim
 from signals.codec import FIELD, decode_signal
-from signals.errors import InvalidInputError, VerifyError
+from signals.errors import CorruptDataError, InvalidInputError, VerifyError
 from signals.keys import Keys
-from signals.models import Signal
+from signals.models import STATE_ID, TAG_NAME, Signal
 from signals.processor import apply_delta
+from signals.signing import MAC_FIELD, Signer
 
-__all__ = ("Materialised", "iter_signals", "materialise", "read_signals")
+__all__ = (
+    "MAX_VERSION",
+    "DocumentState",
+    "Materialised",
+    "RawEntry",
+    "VerifyReport",
+    "check_document",
+    "decode_entry",
+    "iter_signals",
+    "materialise",
+    "read_document_state",
+    "read_signals",
+    "read_verifiable",
+    "signal_problem",
+    "text_problem",
+    "verify_lane",
+    "xrange_entries",
+    "xread_entries",
+)
+
+#: Versions are integers up to 2**53: exact in every JSON reader (JavaScript's too).
+MAX_VERSION: Final = 2**53
+_NEVER_DECODE: Final = {"NEVER_DECODE": True}
+_LANE_SCOPE: Final = {"r:": "resource", "t:": "thread"}
+
+RawEntry = tuple[str, dict[str, str] | None]
+"""A stream entry: its id and its fields, ``None`` when a field name or value is not UTF-8."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,59 +76,377 @@ class Materialised:
     value: str
 
 
+def _text(raw: object) -> str | None:
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, bytes):
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def _raw_entry(entry: Any) -> RawEntry:
+    entry_id = _text(entry[0]) or repr(entry[0])
+    fields: dict[str, str] = {}
+    for name, value in (entry[1] or {}).items():
+        key, text = _text(name), _text(value)
+        if key is None or text is None:
+            return entry_id, None
+        fields[key] = text
+    return entry_id, fields
+
+
+def _wrong_type(e: redis_exc.ResponseError) -> bool:
+    return str(e).startswith("WRONGTYPE")
+
+
+async def xrange_entries(
+    redis: Client, key: str, *, start: str = "-", end: str = "+", count: int | None = None
+) -> list[RawEntry]:
+    """XRANGE, each entry's fields decoded on its own (see :data:`RawEntry`).
+
+    Raises:
+        CorruptDataError: ``key`` holds something other than a stream.
+    """
+    args: list[str | int] = ["XRANGE", key, start, end]
+    if count is not None:
+        args += ["COUNT", count]
+    try:
+        reply = await redis.execute_command(*args, **_NEVER_DECODE)
+    except redis_exc.ResponseError as e:
+        if _wrong_type(e):
+            raise CorruptDataError(f"{key} is not a stream") from e
+        raise
+    return [_raw_entry(entry) for entry in reply or []]
+
+
+async def xread_entries(
+    redis: Client, key: str, last_id: str, *, count: int, block: int | None = None
+) -> list[RawEntry]:
+    """XREAD of one stream after ``last_id`` (waiting up to ``block`` ms), like :func:`xrange_entries`.
+
+    Raises:
+        CorruptDataError: ``key`` holds something other than a stream.
+    """
+    args: list[str | int] = ["XREAD", "COUNT", count]
+    if block is not None:
+        args += ["BLOCK", block]
+    args += ["STREAMS", key, last_id]
+    try:
+        reply = await redis.execute_command(*args, **_NEVER_DECODE)
+    except redis_exc.ResponseError as e:
+        if _wrong_type(e):
+            raise CorruptDataError(f"{key} is not a stream") from e
+        raise
+    return [_raw_entry(entry) for _, entries in reply or [] for entry in entries]
+
+
+def signal_problem(signal: Signal, lane: str) -> str | None:
+    """What is wrong with a decoded signal on its own, in ``lane``'s stream (``None``: nothing).
+
+    Checks what the type cannot: the identity constants, the lane (and the scope and ids
+    it implies), versions within 1..2**53, and no delta fields on a snapshot. Whether it
+    chains onto its predecessor, and whether its text fields agree with the rebuilt text
+    (:func:`text_problem`), are the reader's checks.
+    """
+    return _identity_problem(signal, lane) or _shape_problem(signal)
+
+
+def _identity_problem(signal: Signal, lane: str) -> str | None:
+    if signal.id != STATE_ID or signal.tag_name != TAG_NAME:
+        return f"id/tagName {signal.id[:40]!r}/{signal.tag_name[:40]!r}, not {STATE_ID!r}"
+    if signal.lane != lane:
+        return f"lane field {signal.lane[:80]!r} is not this stream's lane {lane!r}"
+    scope = _LANE_SCOPE.get(lane[:2])
+    if signal.attributes.scope != scope:
+        return f"scope {signal.attributes.scope!r} does not fit lane {lane!r}"
+    name, owner = ("resourceId", signal.resource_id) if scope == "resource" else ("threadId", signal.thread_id)
+    if owner is not None and owner != lane[2:]:
+        return f"{name} {owner[:80]!r} does not fit lane {lane!r}"
+    return None
+
+
+def _shape_problem(signal: Signal) -> str | None:
+    for name, number in (("version", signal.version), ("baseVersion", signal.base_version),
+                         ("writeVersion", signal.write_version)):
+        if number is not None and not 1 <= number <= MAX_VERSION:
+            return f"{name} {str(number)[:40]} is outside 1..2**53"
+    if signal.mode == "snapshot" and (signal.attributes.patch is not None or signal.delta is not None
+                                      or signal.base_version is not None):
+        return "a snapshot with delta fields (patch, delta or baseVersion)"
+    return None
+
+
+def text_problem(signal: Signal, value: str) -> str | None:
+    """What is wrong with ``signal`` given the text rebuilt after it (``None``: nothing):
+    the cacheKey must hash it, and ``value`` and ``delta``, when present, must repeat the
+    rebuilt text and the contents."""
+    if cache_key(signal.attributes.format, value) != signal.cache_key:
+        return "cacheKey does not match the rebuilt text"
+    if signal.value is not None and signal.value != value:
+        return "value differs from the rebuilt text"
+    if signal.mode == "delta" and signal.delta is not None and signal.delta != signal.contents:
+        return "delta field differs from its contents"
+    return None
+
+
+def decode_entry(lane: str, entry: RawEntry, *, signer: Signer | None = None) -> Signal:
+    """One stream entry of ``lane``'s signal stream as a checked signal.
+
+    Args:
+        lane: the lane whose stream the entry was read from.
+        entry: the entry as :func:`xrange_entries` returns it.
+        signer: when given, the entry must carry a valid MAC (:mod:`signals.signing`).
+
+    Raises:
+        VerifyError: the entry is not a signal of this lane (names the entry id and why).
+    """
+    entry_id, fields = entry
+    where = f"entry {entry_id} of {lane}"
+    if fields is None:
+        raise VerifyError(f"{where}: not a signal: a field is not UTF-8 text")
+    payload = fields.get(FIELD)
+    if payload is None:
+        raise VerifyError(f"{where}: not a signal: no {FIELD!r} field (fields {sorted(fields)[:5]})")
+    if signer is not None and not signer.check(lane, payload, fields.get(MAC_FIELD)):
+        what = "no MAC" if MAC_FIELD not in fields else "a MAC that does not check"
+        raise VerifyError(f"{where}: refused: {what} (no worker holding the signing key wrote it)")
+    try:
+        signal = decode_signal(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError) as e:
+        raise VerifyError(f"{where}: not a signal: {str(e)[:200]}") from e
+    problem = signal_problem(signal, lane)
+    if problem is not None:
+        raise VerifyError(f"{where}: {problem}")
+    return signal
+
+
 async def iter_signals(
-    redis: Client, keys: Keys, lane: str, *, start: str = "-", end: str = "+", page: int = 2000
+    redis: Client, keys: Keys, lane: str, *, start: str = "-", end: str = "+", page: int = 2000,
+    signer: Signer | None = None,
 ) -> AsyncIterator[tuple[str, Signal]]:
-    """Yield ``(entry id, signal)`` of a lane's stream in order, paging with XRANGE."""
+    """Yield ``(entry id, signal)`` of a lane's stream in order, paging with XRANGE.
+
+    Raises:
+        VerifyError: at the first entry that is not a signal of the lane (see
+            :func:`decode_entry`), or when the lane's key is not a stream.
+    """
     stream = keys.signals(lane)
     cursor = start
     while True:
-        entries = await xrange(redis, stream, start=cursor, end=end, count=page)
-        for entry_id, fields in entries:
-            try:
-                yield entry_id, decode_signal(fields[FIELD])
-            except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as e:
-                raise VerifyError(f"entry {entry_id} of {lane}: not a signal: {e}") from e
+        try:
+            entries = await xrange_entries(redis, stream, start=cursor, end=end, count=page)
+        except CorruptDataError as e:
+            raise VerifyError(f"signal stream of {lane}: {e}") from e
+        for entry in entries:
+            yield entry[0], decode_entry(lane, entry, signer=signer)
         if len(entries) < page:
             return
         cursor = "(" + entries[-1][0]
 
 
-async def read_signals(redis: Client, keys: Keys, lane: str) -> list[tuple[str, Signal]]:
-    """The lane's whole retained history."""
-    return [item async for item in iter_signals(redis, keys, lane)]
+async def read_signals(
+    redis: Client, keys: Keys, lane: str, *, signer: Signer | None = None
+) -> list[tuple[str, Signal]]:
+    """The lane's whole retained history; raises :class:`VerifyError` at a bad entry."""
+    return [item async for item in iter_signals(redis, keys, lane, signer=signer)]
 
 
 def materialise(
-    signals: Iterable[tuple[str, Signal]], *, verify: bool = True
+    signals: Iterable[tuple[str, Signal]], *, verify: bool = True, lane: str | None = None
 ) -> Iterator[Materialised]:
     """Rebuild the text after each signal (from the first snapshot on).
 
+    ``lane`` defaults to the first signal's lane; every signal must belong to it.
+
     Raises:
-        VerifyError: a delta before any snapshot, a version gap or repeat, a delta that
-            does not apply, or (with ``verify``) a cacheKey that does not match the text.
+        VerifyError: a signal that is wrong on its own (:func:`signal_problem`), a delta
+            before any snapshot, a version gap or repeat, a delta that does not apply,
+            or (with ``verify``) a cacheKey or value that does not match the text, or a
+            writeVersion that does not increase (each write yields at most one signal).
     """
     previous: Signal | None = None
     text: str | None = None
     for entry_id, signal in signals:
+        lane = lane if lane is not None else signal.lane
         where = f"entry {entry_id} (version {signal.version}, {signal.mode})"
-        if previous is not None and signal.version != previous.version + 1:
-            raise VerifyError(f"{where}: follows version {previous.version}")
-        if signal.mode == "snapshot":
-            value = signal.contents
-        else:
-            if previous is None or text is None:
-                raise VerifyError(f"{where}: a delta with no snapshot before it")
-            if signal.base_version is not None and signal.base_version != previous.version:
-                raise VerifyError(f"{where}: applies to version {signal.base_version}, "
-                                  f"not the previous {previous.version}")
-            try:
-                value = apply_delta(text, signal.contents, signal.attributes.patch)
-            except InvalidInputError as e:
-                raise VerifyError(f"{where}: delta does not apply: {e}") from e
-        if verify and cache_key(signal.attributes.format, value) != signal.cache_key:
-            raise VerifyError(f"{where}: cacheKey does not match the rebuilt text")
-        if verify and signal.value is not None and signal.value != value:
-            raise VerifyError(f"{where}: value differs from the rebuilt text")
+        problem = signal_problem(signal, lane) or _chain_problem(previous, signal, verify=verify)
+        if problem is not None:
+            raise VerifyError(f"{where}: {problem}")
+        value = signal.contents if signal.mode == "snapshot" else _apply(where, text, signal)
+        problem = text_problem(signal, value) if verify else None
+        if problem is not None:
+            raise VerifyError(f"{where}: {problem}")
         previous, text = signal, value
         yield Materialised(entry_id, signal, value)
+
+
+def _chain_problem(previous: Signal | None, signal: Signal, *, verify: bool) -> str | None:
+    """What keeps ``signal`` from following ``previous`` in a lane's chain."""
+    if previous is None:
+        return "a delta with no snapshot before it" if signal.mode == "delta" else None
+    if signal.version != previous.version + 1:
+        return f"follows version {previous.version}"
+    if signal.mode == "delta" and signal.base_version is not None and signal.base_version != previous.version:
+        return f"applies to version {signal.base_version}, not the previous {previous.version}"
+    last, this = previous.write_version, signal.write_version
+    if verify and last is not None and this is not None and this <= last:
+        return f"writeVersion {this} does not increase (the previous signal's is {last})"
+    return None
+
+
+def _apply(where: str, text: str | None, signal: Signal) -> str:
+    if text is None:
+        raise VerifyError(f"{where}: a delta with no snapshot before it")
+    try:
+        return apply_delta(text, signal.contents, signal.attributes.patch)
+    except (InvalidInputError, RecursionError) as e:
+        raise VerifyError(f"{where}: delta does not apply: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentState:
+    """The truth a lane's signals are checked against, read after the signals.
+
+    Attributes:
+        lane: the lane.
+        version: the stored document's version (``None``: no document).
+        data: the stored document's text (``None``: no document).
+        processed: the document version the workers have processed (tracking ``wv``).
+        tail: the id of the signal stream's last entry when the document was read.
+    """
+
+    lane: str
+    version: int | None
+    data: str | None
+    processed: int
+    tail: str | None
+
+
+def _version(raw: object, what: str) -> int:
+    text = _text(raw)
+    if text is None or not text.isascii() or not text.isdigit() or len(text) > 16 or int(text) > MAX_VERSION:
+        raise VerifyError(f"{what} is {str(raw)[:40]}, not an integer within 0..2**53")
+    return int(text)
+
+
+async def _command(redis: Client, key: str, *args: str | int) -> Any:
+    try:
+        return await redis.execute_command(*args, **_NEVER_DECODE)
+    except redis_exc.ResponseError as e:
+        if _wrong_type(e):
+            raise VerifyError(f"{key} holds the wrong type of value") from e
+        raise
+
+
+async def read_document_state(redis: Client, keys: Keys, lane: str) -> DocumentState:
+    """The stored document, the workers' progress and the stream's tail, in that order.
+
+    The order makes :func:`check_document` sound against concurrent writers and workers:
+    a signal committed after the history was read moves the tail (the commit writes the
+    signal and the progress at once), so a comparison is only made when the history read
+    is still the whole history.
+
+    Raises:
+        VerifyError: the document hash or the tracking hash holds something no writer or
+            worker stores (a version that is not an integer, text that is not UTF-8).
+    """
+    doc_key, track_key, stream = keys.doc(lane), keys.track(lane), keys.signals(lane)
+    raw_data, raw_version = await _command(redis, doc_key, "HMGET", doc_key, "data", "version")
+    version = None if raw_version is None else _version(raw_version, f"{doc_key} field version")
+    data = None if raw_data is None else _text(raw_data)
+    if raw_data is not None and data is None:
+        raise VerifyError(f"{doc_key} field data is not UTF-8 text")
+    processed_raw = await _command(redis, track_key, "HGET", track_key, "wv")
+    processed = 0 if processed_raw is None else _version(processed_raw, f"{track_key} field wv")
+    tail = await _command(redis, stream, "XREVRANGE", stream, "+", "-", "COUNT", 1)
+    return DocumentState(lane, version, data, processed, _text(tail[0][0]) if tail else None)
+
+
+def check_document(last: Materialised, state: DocumentState) -> str:
+    """Check the lane's latest signal against the stored document; returns a one-line note.
+
+    Rules (``W`` the signal's writeVersion, ``D`` the document's version, ``P`` the
+    version the workers have processed):
+
+    * the signal must carry a writeVersion, and ``W <= D``; the lane must have a document;
+    * ``W == D``: its rebuilt text must equal the document trimmed with ``js_trim``;
+    * ``W < D`` and ``P >= D`` (caught up): the writes after ``W`` produced no signal, so
+      they left the text unchanged (dedup): the text must still equal the document, except
+      that an empty document never has a signal;
+    * ``W < D`` and ``P < D``: the workers are behind: that is reported, not a failure,
+      and the text is not compared;
+    * the stream changed after the history was read: not compared (reported).
+
+    Raises:
+        VerifyError: the signal disagrees with the document (names the entry).
+    """
+    s = last.signal
+    where = f"entry {last.entry_id} (version {s.version}, {s.mode})"
+    if state.tail != last.entry_id:
+        return "the lane changed while it was read: the latest signal was not compared with the document"
+    if state.version is None or state.data is None:
+        raise VerifyError(f"{where}: the lane has no stored document, so no worker signalled this text")
+    doc = state.version
+    if s.write_version is None:
+        raise VerifyError(f"{where}: no writeVersion, so it is no worker's signal of the stored document")
+    if s.write_version > doc:
+        raise VerifyError(f"{where}: writeVersion {s.write_version} is beyond the document's version {doc}")
+    text = js_trim(state.data)
+    if s.write_version == doc:
+        if last.value != text:
+            raise VerifyError(f"{where}: its text differs from the stored document (version {doc})")
+        return f"latest signal v{s.version} matches the stored document (version {doc})"
+    if state.processed < doc:
+        return (f"workers behind: document at version {doc}, processed up to {state.processed}; latest signal "
+                f"v{s.version} is from write version {s.write_version}: not compared with the document")
+    if not text:
+        return f"document version {doc} is empty (empty data has no signal); latest signal v{s.version} not compared"
+    if last.value != text:
+        raise VerifyError(f"{where}: its text differs from the stored document (version {doc}, which the workers "
+                          f"have processed up to {state.processed})")
+    return (f"latest signal v{s.version} matches the stored document (version {doc}; writes "
+            f"{s.write_version + 1}..{doc} left the text unchanged)")
+
+
+async def read_verifiable(
+    redis: Client, keys: Keys, lane: str, *, signer: Signer | None = None, attempts: int = 5
+) -> tuple[list[tuple[str, Signal]], DocumentState]:
+    """The lane's history and the document state read just after it, retried while the
+    stream moves between the two reads (a busy lane), at most ``attempts`` times."""
+    for _ in range(attempts - 1):
+        signals = await read_signals(redis, keys, lane, signer=signer)
+        state = await read_document_state(redis, keys, lane)
+        if state.tail == (signals[-1][0] if signals else None):
+            return signals, state
+    signals = await read_signals(redis, keys, lane, signer=signer)
+    return signals, await read_document_state(redis, keys, lane)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What :func:`verify_lane` checked."""
+
+    signals: int
+    first_version: int
+    last_version: int
+    document: str
+
+
+async def verify_lane(redis: Client, keys: Keys, lane: str, *, signer: Signer | None = None) -> VerifyReport:
+    """Verify a lane end to end: every entry, the chain, every cacheKey, and the latest
+    signal against the stored document (:func:`check_document`).
+
+    Raises:
+        InvalidInputError: the lane has no retained signals.
+        VerifyError: the first problem found, naming the entry.
+    """
+    signals, state = await read_verifiable(redis, keys, lane, signer=signer)
+    if not signals:
+        raise InvalidInputError(f"no signals retained for lane {lane!r}")
+    items = list(materialise(signals, lane=lane))
+    note = check_document(items[-1], state)
+    return VerifyReport(len(items), items[0].signal.version, items[-1].signal.version, note)
+

@@ -7,32 +7,53 @@ resumes with no gap and no repeat. Every signal is materialised (deltas applied,
 cacheKey checked); a version gap (the subscriber fell behind the stream's retention)
 re-bootstraps from the latest snapshot. Read-only: it never writes and never joins a
 consumer group. Cancellation closes it cleanly (anyio).
+
+Nothing read is trusted, and a live reader never stops for a bad entry: it delivers
+only text it has verified and skips the rest with a warning log event
+(``subscribe.entry_refused``, ``subscribe.delta_refused``, ``subscribe.stale_entry``,
+``subscribe.not_a_stream``), naming the lane, the entry id and the problem:
+
+* an entry that is not a signal of this lane (no ``e`` field, not JSON, wrong types, a
+  ``lane`` field naming another lane, a version outside 1..2**53; with a
+  :class:`~signals.signing.Signer`, a missing or wrong MAC) is skipped;
+* an entry whose version is not above the version held is skipped (versions delivered
+  only increase);
+* a snapshot whose cacheKey (or ``value``) does not match its contents is skipped;
+* a delta that does not chain onto the text held (its ``baseVersion`` is not the version
+  held, it does not apply, or the result does not match its cacheKey) is dropped, and
+  the subscriber then waits for the next snapshot, dropping deltas until one arrives:
+  the worker appends a fresh snapshot after any tail it did not write, and every K-th
+  signal is a snapshot, so the subscriber recovers at the next one;
+* a signal key holding another type (WRONGTYPE) reads as an empty stream.
+
+Replay (:mod:`signals.replay`) reports the same entries as errors instead.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import AsyncIterator
 
 import anyio
-import msgspec
 import structlog
 from redis import exceptions as redis_exc
 
-from signals._util import Client, lindex, xread
-from signals.cachekey import cache_key
-from signals.codec import FIELD, decode_signal
-from signals.errors import RedisUnavailableError, VerifyError
+from signals._util import Client
+from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError, VerifyError
 from signals.keys import Keys
 from signals.models import Signal
 from signals.processor import apply_delta
-from signals.replay import Materialised, iter_signals, materialise
+from signals.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
+from signals.signing import Signer
 
 __all__ = ("Subscription",)
 
 log = structlog.get_logger(__name__)
 _TRANSIENT = (redis_exc.ConnectionError, redis_exc.TimeoutError)
+_STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_PAGE = 2000
 
 
 class Subscription:
@@ -46,63 +67,148 @@ class Subscription:
         count: entries per read.
         reconnect_timeout_s: give up (``RedisUnavailableError``) after Redis has been
             unreachable this long; reconnects before that are silent and gapless.
+        signer: when given, only entries with a valid MAC are delivered (see
+            :mod:`signals.signing`); the others are skipped and logged.
+
+    Attributes:
+        version: the last version delivered (0: none). It only increases.
+        value: the text after it, or ``None`` while waiting for a snapshot (nothing
+            delivered yet, or a delta that did not chain was dropped).
     """
 
     def __init__(self, redis: Client, keys: Keys, lane: str, *, block_ms: int = 5000,
-                 count: int = 500, reconnect_timeout_s: float = 60.0) -> None:
+                 count: int = 500, reconnect_timeout_s: float = 60.0, signer: Signer | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.lane = lane
         self.block_ms = block_ms
         self.count = count
         self.reconnect_timeout_s = reconnect_timeout_s
+        self.signer = signer
         self.last_id = "0-0"
         self.version = 0
         self.value: str | None = None
 
+    async def _last_snapshot_id(self) -> str:
+        """The last retained snapshot's entry id (a hint the worker keeps), else ``-``."""
+        key = self.keys.snapshots(self.lane)
+        try:
+            raw = await self.redis.execute_command("LINDEX", key, -1, NEVER_DECODE=True)
+        except redis_exc.ResponseError as e:
+            if not str(e).startswith("WRONGTYPE"):
+                raise
+            raw = None
+        text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else None
+        if text is None:
+            return "-"
+        if not _STREAM_ID.fullmatch(text):
+            log.warning("subscribe.bad_snapshot_hint", lane=self.lane, key=key, value=text[:40])
+            return "-"
+        return text
+
     async def bootstrap(self, *, from_start: bool = False) -> list[Materialised]:
-        """Read the current chain (last snapshot onwards, or all retained) and rebuild it."""
-        start = "-"
-        if not from_start:
-            last_snapshot = await lindex(self.redis, self.keys.snapshots(self.lane), -1)
-            start = last_snapshot or "-"
-        items = list(materialise([item async for item in iter_signals(self.redis, self.keys, self.lane,
-                                                                      start=start)]))
-        if items:
-            self.last_id = items[-1].entry_id
-            self.version = items[-1].signal.version
-            self.value = items[-1].value
-        return items
+        """Read the current chain (last snapshot onwards, or all retained) and rebuild it.
+
+        Returns the signals delivered, only those above the version already held (a
+        re-bootstrap never repeats a version).
+        """
+        have = self.version
+        starts = ["-"] if from_start else list(dict.fromkeys((await self._last_snapshot_id(), "-")))
+        items: list[Materialised] = []
+        for start in starts:
+            self.version, self.value = 0, None
+            items = await self._read_from(start)
+            if self.value is not None:
+                break  # a chain was found (else the hint led nowhere: read everything)
+        if self.version < have:
+            self.version, self.value = have, None  # nothing newer verified: wait for a snapshot
+        return [m for m in items if m.signal.version > have]
+
+    async def _read_from(self, start: str) -> list[Materialised]:
+        stream = self.keys.signals(self.lane)
+        out: list[Materialised] = []
+        cursor = start
+        while True:
+            try:
+                entries = await xrange_entries(self.redis, stream, start=cursor, count=_PAGE)
+            except CorruptDataError as e:
+                log.warning("subscribe.not_a_stream", lane=self.lane, error=str(e))
+                return out
+            for entry in entries:
+                signal = self._decode(entry)
+                self.last_id = entry[0]
+                item = self._apply(entry[0], signal) if signal is not None else None
+                if item is not None:
+                    out.append(item)
+            if len(entries) < _PAGE:
+                return out
+            cursor = "(" + entries[-1][0]
 
     async def poll(self, block_ms: int | None = None) -> list[Materialised]:
         """Signals after the last one seen (waiting up to ``block_ms`` when given)."""
-        reply = await xread(self.redis, {self.keys.signals(self.lane): self.last_id}, count=self.count,
-                            block=block_ms)
+        try:
+            entries = await xread_entries(self.redis, self.keys.signals(self.lane), self.last_id,
+                                          count=self.count, block=block_ms)
+        except CorruptDataError as e:
+            log.warning("subscribe.not_a_stream", lane=self.lane, error=str(e))
+            if block_ms:
+                await anyio.sleep(block_ms / 1000)  # as long as the read would have waited
+            return []
         out: list[Materialised] = []
-        for _, entries in reply:
-            for entry_id, fields in entries:
-                try:
-                    signal = decode_signal(fields[FIELD])
-                except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as e:
-                    raise VerifyError(f"entry {entry_id} of {self.lane}: not a signal: {e}") from e
-                if signal.version <= self.version:
-                    continue  # already seen (a re-bootstrap overlapped this read)
-                if signal.mode == "delta" and (signal.version != self.version + 1 or self.value is None):
-                    # fell behind the stream's retention: resume from the latest snapshot
-                    log.info("subscribe.gap", lane=self.lane, have=self.version, got=signal.version)
-                    have = self.version
-                    return out + [m for m in await self.bootstrap() if m.signal.version > have]
-                out.append(self._apply(entry_id, signal))
+        for entry in entries:
+            signal = self._decode(entry)
+            if (signal is not None and signal.mode == "delta" and self.value is not None
+                    and signal.version > self.version + 1):
+                # fell behind the stream's retention: resume from the latest snapshot
+                log.info("subscribe.gap", lane=self.lane, have=self.version, got=signal.version)
+                return out + await self.bootstrap()
+            self.last_id = entry[0]
+            item = self._apply(entry[0], signal) if signal is not None else None
+            if item is not None:
+                out.append(item)
         return out
 
-    def _apply(self, entry_id: str, signal: Signal) -> Materialised:
+    def _decode(self, entry: RawEntry) -> Signal | None:
+        try:
+            return decode_entry(self.lane, entry, signer=self.signer)
+        except VerifyError as e:
+            log.warning("subscribe.entry_refused", lane=self.lane, entry_id=entry[0], problem=str(e))
+            return None
+
+    def _refuse_delta(self, entry_id: str, signal: Signal, problem: str) -> None:
+        log.warning("subscribe.delta_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
+                    have=self.version, problem=problem + "; waiting for the next snapshot")
+        self.value = None
+
+    def _apply(self, entry_id: str, signal: Signal) -> Materialised | None:
+        """Deliver ``signal`` if it verifies against what is held; ``None`` if refused."""
+        if signal.version <= self.version:
+            log.warning("subscribe.stale_entry", lane=self.lane, entry_id=entry_id, version=signal.version,
+                        have=self.version)
+            return None
         if signal.mode == "snapshot":
             value = signal.contents
         else:
-            assert self.value is not None
-            value = apply_delta(self.value, signal.contents, signal.attributes.patch)
-        if cache_key(signal.attributes.format, value) != signal.cache_key:
-            raise VerifyError(f"entry {entry_id} of {self.lane}: cacheKey does not match the rebuilt text")
+            if self.value is None:
+                log.warning("subscribe.delta_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
+                            have=self.version, problem="waiting for a snapshot")
+                return None
+            if signal.version != self.version + 1 or signal.base_version not in (None, self.version):
+                self._refuse_delta(entry_id, signal, f"applies to version {signal.base_version or signal.version - 1}")
+                return None
+            try:
+                value = apply_delta(self.value, signal.contents, signal.attributes.patch)
+            except (InvalidInputError, RecursionError) as e:
+                self._refuse_delta(entry_id, signal, f"does not apply: {e}")
+                return None
+        problem = text_problem(signal, value)
+        if problem is not None:
+            if signal.mode == "delta":
+                self._refuse_delta(entry_id, signal, problem)
+            else:
+                log.warning("subscribe.entry_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
+                            problem=f"snapshot: {problem}")
+            return None
         self.last_id, self.version, self.value = entry_id, signal.version, value
         return Materialised(entry_id, signal, value)
 
