@@ -28,9 +28,10 @@ async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> 
         CorruptDataError: the stored value is not a partition count.
     """
     key = keys.config()
-    if record:
-        await redis.hsetnx(key, "partitions", keys.partitions)
     stored = cast(str | None, await redis.hget(key, "partitions"))
+    if stored is None and record:  # read first: a full (noeviction) Redis refuses HSETNX even as a no-op
+        await redis.hsetnx(key, "partitions", keys.partitions)
+        stored = cast(str | None, await redis.hget(key, "partitions"))
     if stored is None:
         return
     if not stored.isdigit() or not 1 <= int(stored) <= 4096:

@@ -95,8 +95,19 @@ class Consumer:
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
 
     async def ensure_groups(self) -> None:
-        """Create the consumer group on every partition stream (from the start; idempotent)."""
-        for stream in self.keys.all_writes():
+        """Create the consumer group on every partition stream (from the start; idempotent).
+
+        Existing groups are looked up first, so that a worker can start on a Redis that is
+        out of memory (which refuses XGROUP CREATE even when the group exists) and back off
+        in its read loop like any other worker.
+        """
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.keys.all_writes():
+                pipe.xinfo_groups(stream)
+            replies = await pipe.execute(raise_on_error=False)
+        for stream, groups in zip(self.keys.all_writes(), replies, strict=True):
+            if isinstance(groups, list) and any(g.get("name") == GROUP for g in groups):
+                continue
             try:
                 await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
             except redis_exc.ResponseError as e:
