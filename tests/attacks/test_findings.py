@@ -229,8 +229,9 @@ async def test_partition_count_is_stored_once_and_a_mismatch_refuses_to_start(
         await check_namespace(redis, Keys(keys.namespace, 8))
     with pytest.raises(NamespaceMismatchError):
         await WorkingMemoryStore(redis, keys=Keys(keys.namespace, 8)).replace("q", "# wrong")
-    worker = subprocess.run(
-        [sys.executable, "-m", "workers", "worker", "--redis-url", redis_server.url, "--namespace", keys.namespace,
-         "--partitions", "8"], capture_output=True, text=True, timeout=60, check=False)
+    args = [sys.executable, "-m", "workers", "worker", "--redis-url", redis_server.url, "--namespace", keys.namespace,
+            "--partitions", "8"]
+    worker = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(args, capture_output=True, text=True, timeout=60, check=False))
     assert worker.returncode == 2
     assert "uses 16 partitions" in worker.stderr and len(worker.stderr.strip().splitlines()) == 1
