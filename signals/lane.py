@@ -20,7 +20,7 @@ import msgspec
 from signals._time import now_iso
 from signals.errors import CorruptDataError
 from signals.models import Format, Scope, Signal, WriteEvent
-from signals.processor import Policy, decide
+from signals.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide
 
 __all__ = (
     "DOCUMENT_FIELDS", "MAX_VERSION", "TRACKING_FIELDS",
@@ -182,6 +182,9 @@ class LaneOptions:
     policy: Policy = "compact"
     snapshot_every: int = 20
     omit_delta_value: bool = False
+    max_diff_edits: int | None = DEFAULT_MAX_DIFF_EDITS
+    """Past this many line edits the worker emits a snapshot instead of a delta (bounded
+    work per write, see :func:`signals.processor.decide`); ``None``: no budget."""
 
 
 def advance(
@@ -209,6 +212,7 @@ def advance(
         prior=tracking.value,
         policy=options.policy,
         force_snapshot=force_snapshot or tracking.since_snapshot >= options.snapshot_every,
+        max_diff_edits=options.max_diff_edits,
     )
     if proposal is None:
         return msgspec.structs.replace(tracking, write_version=event.version), None

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from signals.errors import ScenarioError
 from signals.models import Format, Scope
-from signals.processor import Policy, decide, mastra_version
+from signals.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide, mastra_version
 
 __all__ = ("DELTA_KEYS", "SNAPSHOT_KEYS", "run_scenario", "validate_scenario")
 
@@ -121,6 +121,8 @@ def run_scenario(scenario: Any, *, policy: Policy = "mastra") -> Iterator[dict[s
             prior=prior,
             policy=policy,
             configured=step.configured,
+            # Mastra's runtime has no diff budget: the mastra policy reproduces it exactly
+            max_diff_edits=None if policy == "mastra" else DEFAULT_MAX_DIFF_EDITS,
         )
         if proposal is None:
             yield {

@@ -203,12 +203,14 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         from signals.keys import lane_id  # noqa: PLC0415
+        from signals.signing import Signer  # noqa: PLC0415
         from signals.subscribe import Subscription  # noqa: PLC0415
         from workers.render import print_signal  # noqa: PLC0415
 
         async with open_client(settings) as redis:
+            key = settings.signing_key_bytes()
             sub = Subscription(redis, settings.keys(), lane_id(scope, args.resource, args.thread),  # type: ignore[arg-type]
-                               block_ms=1000)
+                               block_ms=1000, signer=Signer(key) if key else None)
             seen = 0
             for item in await sub.bootstrap(from_start=args.from_start):
                 print_signal(item, as_json=args.json)
@@ -232,6 +234,8 @@ def register(sub: Any) -> None:
     worker.add_argument("--policy", choices=("compact", "mastra"), help="signal policy (default compact)")
     worker.add_argument("--snapshot-every", type=int, help="every K-th signal of a lane is a snapshot")
     worker.add_argument("--keep-snapshots", type=int, help="snapshot chains kept per lane stream")
+    worker.add_argument("--max-diff-edits", type=int,
+                        help="line edits a delta may take before a snapshot is sent instead (default 300)")
     worker.add_argument("--batch", type=int, help="entries per read")
     worker.add_argument("--consumer-name", help="consumer name (default host-pid)")
     worker.add_argument("--grace-s", type=float, help="seconds in-flight work gets on shutdown")

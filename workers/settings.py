@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     snapshot_every: int = Field(20, ge=1)
     keep_snapshots: int = Field(3, ge=1)
     omit_delta_value: bool = False
+    max_diff_edits: int = Field(300, ge=0, le=100_000)
     batch: int = Field(500, ge=1, le=10_000)
     block_ms: int = Field(100, ge=1)
     claim_idle_ms: int = Field(15_000, ge=100)
@@ -126,7 +127,7 @@ class Settings(BaseSettings):
     def consumer_options(self) -> ConsumerOptions:
         """The consumer's options."""
         return ConsumerOptions(
-            lane=LaneOptions(self.policy, self.snapshot_every, self.omit_delta_value),
+            lane=LaneOptions(self.policy, self.snapshot_every, self.omit_delta_value, self.max_diff_edits),
             batch=self.batch,
             block_ms=self.block_ms,
             keep_snapshots=self.keep_snapshots,
