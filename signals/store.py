@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import anyio
-import structlog
 from redis import exceptions as redis_exc
 
+from signals._log import get_logger
 from signals._util import Client, connect, lua, now_iso
 from signals.codec import encode_json
 from signals.errors import (
@@ -47,7 +47,7 @@ from signals.namespace import check_namespace
 
 __all__ = ("Document", "LaneRef", "WorkingMemoryStore")
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,9 +37,9 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
-import structlog
 from redis import exceptions as redis_exc
 
+from signals._log import get_logger
 from signals._util import Client
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError, VerifyError
 from signals.keys import Keys
@@ -50,7 +50,7 @@ from signals.signing import Signer
 
 __all__ = ("Subscription",)
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 _TRANSIENT = (redis_exc.ConnectionError, redis_exc.TimeoutError)
 _STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 _PAGE = 2000
