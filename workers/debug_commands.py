@@ -27,7 +27,8 @@ from signals.errors import InvalidInputError, VerifyError
 from signals.inspect import inspect
 from signals.keys import Keys, lane_id
 from signals.models import Delivery, Signal
-from signals.replay import Materialised, iter_signals, materialise
+from signals.replay import DocumentState, Materialised, check_document, iter_signals, materialise, read_verifiable
+from signals.signing import Signer
 from signals.tokens import approx_tokens
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
 from workers.render import signal_record
@@ -123,7 +124,10 @@ def _replay_items(signals: list[tuple[str, Signal]], verify: bool) -> Iterator[M
         yield from materialise(signals, verify=verify)
 
 
-def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery]) -> int:
+def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery],
+          truth: DocumentState | None = None) -> int:
+    """Print or verify; with ``truth`` (``--verify`` against Redis) the latest signal is also
+    checked against the stored document (:func:`signals.replay.check_document`)."""
     if args.deliveries:
         for d in deliveries:
             if args.json:
@@ -138,9 +142,12 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     previous: str | None = None
     found_at = None
     count = 0
+    last: Materialised | None = None
+    document: str | None = None
     try:
         for item in _replay_items(signals, args.verify):
             count += 1
+            last = item
             if args.at is not None:
                 if item.signal.version == args.at:
                     found_at = item.value
@@ -153,6 +160,8 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
             else:
                 _print_item(item, previous)
             previous = item.value
+        if args.verify and truth is not None and last is not None:
+            document = check_document(last, truth)
     except VerifyError as e:
         print(f"wm-signals: verify failed: {e}", file=sys.stderr)
         return 1
@@ -164,6 +173,8 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     if args.verify:
         first = signals[0][1].version if signals else 0
         print(f"verified {count} signals (versions {first}..{first + count - 1}): chain and cacheKeys intact")
+        if document is not None:
+            print(document)
     return 0
 
 
@@ -175,15 +186,29 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         raise InvalidInputError("replay needs --resource (and/or --thread), or --file")
     settings = settings_from(args)
 
+    key = settings.signing_key_bytes()
+    signer = Signer(key) if key else None
+
     async def main() -> int:
+        truth: DocumentState | None = None
         async with open_client(settings) as redis:
-            signals, deliveries = await _load(redis, settings.keys(), args)
-        return _show(args, signals, deliveries)
+            if args.verify and not args.deliveries:
+                lane = lane_id(lane_scope(args), args.resource, args.thread)  # type: ignore[arg-type]
+                try:
+                    signals, truth = await read_verifiable(redis, settings.keys(), lane, signer=signer)
+                except VerifyError as e:
+                    print(f"wm-signals: verify failed: {e}", file=sys.stderr)
+                    return 1
+                deliveries: list[Delivery] = []
+            else:
+                signals, deliveries = await _load(redis, settings.keys(), args, signer=signer)
+        return _show(args, signals, deliveries, truth)
 
     return run_async(main)
 
 
-async def _load(redis: Any, keys: Keys, args: argparse.Namespace) -> tuple[list[tuple[str, Signal]], list[Delivery]]:
+async def _load(redis: Any, keys: Keys, args: argparse.Namespace,
+                signer: Signer | None = None) -> tuple[list[tuple[str, Signal]], list[Delivery]]:
     deliveries: list[Delivery] = []
     if getattr(args, "deliveries", False) or args.command == "export":
         if args.thread:
@@ -193,7 +218,7 @@ async def _load(redis: Any, keys: Keys, args: argparse.Namespace) -> tuple[list[
     signals: list[tuple[str, Signal]] = []
     if not getattr(args, "deliveries", False):
         lane = lane_id(lane_scope(args), args.resource, args.thread)  # type: ignore[arg-type]
-        signals = [item async for item in iter_signals(redis, keys, lane)]
+        signals = [item async for item in iter_signals(redis, keys, lane, signer=signer)]
     return signals, deliveries
 
 
@@ -289,7 +314,8 @@ def register(sub: Any) -> None:
     replay.add_argument("--file", help="replay an export file (no Redis)")
     replay.add_argument("--at", type=int, metavar="VERSION", help="print the working memory as of VERSION")
     replay.add_argument("--verify", action="store_true",
-                        help="check every delta and cacheKey; exit 1 on the first break")
+                        help="check every entry, delta and cacheKey, and the latest signal against the stored "
+                             "document; exit 1 on the first break")
     replay.add_argument("--deliveries", action="store_true", help="what the model saw at each step (needs --thread)")
     replay.add_argument("--from", dest="from_", metavar="VERSION|TIME", help="first version or ISO time to show")
     replay.add_argument("--to", metavar="VERSION|TIME", help="last version or ISO time to show")
