@@ -26,7 +26,12 @@ only text it has verified and skips the rest with a warning log event
   signal is a snapshot, so the subscriber recovers at the next one;
 * a signal key holding another type (WRONGTYPE) reads as an empty stream.
 
-Replay (:mod:`signals.replay`) reports the same entries as errors instead.
+Replay (:mod:`signals.replay`) reports the same entries as errors instead. What these
+checks cannot catch is a forged entry that is well formed and self-consistent (right
+lane, next version, matching cacheKey): only a MAC tells it from a worker's signal, so
+deployments where anyone but the workers could append to signal streams should give
+readers a :class:`~signals.signing.Signer` (``replay --verify`` also catches it, against
+the stored document).
 """
 
 from __future__ import annotations
