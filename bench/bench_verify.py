@@ -44,6 +44,10 @@ async def _load(url: str, keys: Keys, count: int) -> None:
                 pipe.xadd(keys.signals(lane), {FIELD: encode_json(signal)})
             if version % 2000 == 0:
                 await pipe.execute()
+        # the stored document the chain must end at (replay --verify checks it)
+        pipe.hset(keys.doc(lane), mapping={"data": event.data, "version": version, "format": "markdown",
+                                           "scope": "resource"})
+        pipe.hset(keys.track(lane), mapping={"wv": version})
         await pipe.execute()
     await redis.aclose()
 

@@ -39,6 +39,8 @@ async def _load(url: str, keys: Keys, writes: int, lanes: int) -> None:
     redis = connect(url)
     docs = _documents(lanes, rng)
     versions = [0] * lanes
+    last_event = [""] * lanes  # the chain the write script keeps: each event names the lane's previous one
+    sequence = [0] * keys.partitions
     async with redis.pipeline(transaction=False) as pipe:
         for n in range(writes):
             i = rng.randrange(lanes)
@@ -50,8 +52,14 @@ async def _load(url: str, keys: Keys, writes: int, lanes: int) -> None:
             text = "# Profile\n" + "\n".join(docs[i])
             event = WriteEvent(lane=lane, scope="resource", format="markdown", version=versions[i],
                                data=text, op="replace", resource_id=f"user{i}")
-            pipe.xadd(keys.writes(keys.partition(lane)), {FIELD: encode_json(event)})
-            pipe.hset(keys.doc(lane), mapping={"data": text, "version": versions[i], "format": "markdown"})
+            partition = keys.partition(lane)
+            sequence[partition] += 1
+            entry_id = f"1-{sequence[partition]}"
+            pipe.xadd(keys.writes(partition), {FIELD: encode_json(event), "p": last_event[i]}, id=entry_id)
+            last_event[i] = entry_id
+            pipe.hset(keys.doc(lane), mapping={"data": text, "version": versions[i], "format": "markdown",
+                                               "eid": entry_id})
+            pipe.hset(keys.documents(partition), lane, f"{versions[i]} {entry_id} markdown")
             if n % 2000 == 1999:
                 await pipe.execute()
         await pipe.execute()

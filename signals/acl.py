@@ -43,7 +43,8 @@ __all__ = ("BASE_COMMANDS", "CLUSTER_COMMANDS", "KINDS", "ROLES", "SCRIPTS", "SC
 Access = Literal["R", "RW"]
 
 #: Key kinds in rendering order (the order of :class:`~signals.keys.Keys`).
-KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv", "writes", "dlq", "fails", "lanes", "config")
+KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv", "writes", "dlq", "fails", "lanes", "docs",
+         "config")
 
 #: What every user may run: connect (redis-py sends AUTH, or HELLO with RESP3; SETNAME
 #: and SELECT when configured), ping, and read server info. redis-py also sends
@@ -85,10 +86,10 @@ class Script:
 
 #: The scripts, by file name.
 SCRIPTS: Mapping[str, Script] = {
-    # KEYS: doc, writes, idem (or doc), thread (or doc), lanes
-    "write": Script(("doc", "writes", "idem", "thread", "lanes"), {
+    # KEYS: doc, writes, idem (or doc), thread (or doc), lanes, docs
+    "write": Script(("doc", "writes", "idem", "thread", "lanes", "docs"), {
         "doc": ("hmget", "hset"), "writes": ("xadd",), "idem": ("get", "set"),
-        "thread": ("hget", "hset"), "lanes": ("sadd",)}),
+        "thread": ("hget", "hset"), "lanes": ("sadd",), "docs": ("hset",)}),
     # KEYS: thread
     "thread": Script(("thread",), {"thread": ("hget", "hset")}),
     # KEYS: writes, then per lane: trk, sig, snaps (type-checked; mistyped ones deleted)
@@ -96,6 +97,8 @@ SCRIPTS: Mapping[str, Script] = {
         "writes": ("xack",), "trk": ("type", "del", "hget", "hset"),
         "sig": ("type", "del", "xrevrange", "xadd", "xtrim"),
         "snaps": ("type", "del", "rpush", "llen", "lpop", "lindex")}),
+    # KEYS: writes (read-only walk of a lane's event chain)
+    "chain": Script(("writes",), {"writes": ("xrange",)}),
     # KEYS: writes, dlq, fails
     "dead_letter": Script(("writes", "dlq", "fails"), {
         "writes": ("xack",), "dlq": ("xadd",), "fails": ("hdel",)}),
@@ -136,12 +139,14 @@ def RW(*commands: str) -> Grant:
 
 _SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("lindex", "lrange")}
 
-_WORKER = Role(("commit", "dead_letter"), {
+_WORKER = Role(("commit", "chain", "dead_letter"), {
     # consumer group on the write streams; trimming below the oldest pending entry; TYPE:
     # a partition whose key holds another type is skipped (it would fail every read)
     "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xpending", "xinfo|groups", "xtrim",
                  "type"),
-    # each batch reads the lanes' documents, thread owners and (cache misses) tracking
+    # each batch reads its lanes' document index entries and (cache misses) tracking; a
+    # document and its thread owner only when the text is needed
+    "docs": R("hmget"),
     "doc": R("hmget"),
     "thread": R("hget"),
     "trk": RW("hmget"),
@@ -173,6 +178,7 @@ _OPERATOR = Role(("requeue",), {
     "writes": R("xlen", "xrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream"),
     "dlq": RW("xrange", "xrevrange", "xlen", "xdel"),
     "lanes": R("scard", "sscan", "smembers"),
+    "docs": R("hget", "hmget"),
     "doc": R("hget", "hmget"),
     "trk": R("hget", "hmget"),
     "sig": R("xrange", "xrevrange", "xlen"),

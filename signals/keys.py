@@ -25,7 +25,7 @@ GROUP = "wm-workers"
 _BAD_ID = re.compile("[\x00-\x1f\x7f{}\ud800-\udfff]")
 MAX_ID_LENGTH = 512
 _LANE_KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv")
-_PARTITION_KINDS = ("writes", "dlq", "fails", "lanes")
+_PARTITION_KINDS = ("writes", "dlq", "fails", "lanes", "docs")
 
 
 def validate_id(value: object, what: str) -> str:
@@ -117,6 +117,12 @@ class Keys:
         """Hash: entry id -> failed attempts, for events still being retried."""
         return f"{self.tag(partition)}:fails"
 
+    def documents(self, partition: int) -> str:
+        """Hash: lane -> ``<version> <event id> <format>`` of its document, kept by the write
+        script beside the document: a worker reads a whole batch's lanes of a partition
+        with one ``HMGET`` (the document hashes themselves only when it needs their text)."""
+        return f"{self.tag(partition)}:docs"
+
     def lanes(self, partition: int) -> str:
         """Set: the lanes of the partition."""
         return f"{self.tag(partition)}:lanes"
@@ -132,7 +138,7 @@ class Keys:
         """The ACL glob matching every key of one ``kind`` in the namespace.
 
         Kinds: the per-lane ``doc``, ``trk``, ``sig``, ``snaps``, ``idem``, ``thread``,
-        ``dlv``, and the per-partition ``writes``, ``dlq``, ``fails``, ``lanes``; ``config``
+        ``dlv``, and the per-partition ``writes``, ``dlq``, ``fails``, ``lanes``, ``docs``; ``config``
         is the one namespace key. Ids never contain braces (see :func:`validate_id`), so
         the single ``}`` of a key closes its partition tag and ``{p*}`` cannot run into
         the rest of the key: ``wm:{p*}:sig:*`` matches signal streams and nothing else.

@@ -135,7 +135,7 @@ class LaneDocument(msgspec.Struct, frozen=True, gc=False):
     """
 
     lane: str
-    data: str
+    data: str | None
     version: int
     format: Format
     scope: Scope
@@ -169,8 +169,29 @@ class LaneDocument(msgspec.Struct, frozen=True, gc=False):
             return cls(lane, data, number, doc_format, "resource", lane[2:], None, eid or "")
         return cls(lane, data, number, doc_format, "thread", owner, lane[2:], eid or "")
 
+    @classmethod
+    def from_index(cls, lane: str, raw: str | None, where: str) -> LaneDocument | None:
+        """From a partition's document index entry ``<version> <event id> <format>`` (no
+        text, no thread owner); ``None`` when the lane has no entry.
+
+        Raises:
+            CorruptDataError: the entry is not in that shape.
+        """
+        if raw is None:
+            return None
+        parts = raw.split(" ")
+        if len(parts) != 3 or not is_stream_id(parts[1]) or parts[2] not in ("markdown", "json"):
+            raise CorruptDataError(f"{where} is {raw[:80]!r}, not '<version> <event id> <format>'")
+        version = parse_version(parts[0], where)
+        scope = _LANE_SCOPE.get(lane[:2])
+        if scope == "resource":
+            return cls(lane, None, version, cast(Format, parts[2]), "resource", lane[2:], None, parts[1])
+        return cls(lane, None, version, cast(Format, parts[2]), "thread", None, lane[2:], parts[1])
+
     def event(self) -> WriteEvent:
-        """The document as a write event (what :func:`advance` consumes)."""
+        """The document as a write event (what :func:`advance` consumes); needs its text."""
+        if self.data is None:
+            raise CorruptDataError(f"{self.lane}: the document's text was not read")
         return WriteEvent(lane=self.lane, scope=self.scope, format=self.format, version=self.version,
                           data=self.data, op="replace", resource_id=self.resource_id, thread_id=self.thread_id)
 

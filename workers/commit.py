@@ -28,7 +28,7 @@ Nothing read from Redis is trusted, and a fault stays with its lane:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -53,7 +53,7 @@ from signals.signing import Signer
 from workers.cache import TrackingCache
 from workers.faults import is_whole_server
 
-__all__ = ("BatchStats", "LaneCommit", "LaneState", "Pending", "read_lanes", "run_commits")
+__all__ = ("BatchStats", "LaneCommit", "LaneState", "Pending", "read_lanes", "run_commits", "walk_chains")
 
 log = structlog.get_logger(__name__)
 
@@ -147,45 +147,73 @@ def _raise_whole_server(replies: Iterable[object]) -> None:
 async def read_lanes(
     redis: Client, keys: Keys, cache: TrackingCache, lanes: dict[str, int], force: dict[str, str]
 ) -> dict[str, LaneState]:
-    """Each lane's document (always) and tracking (cache, else Redis) in one pipeline.
+    """Each lane's document version, event id and format (one ``HMGET`` of the partition's
+    document index per partition) and tracking (cache, else Redis), in one pipeline.
 
     ``lanes`` maps lane -> partition. ``force`` maps a lane to the commit status that
-    sent it back (``resnap`` or ``type``): its tracking is read afresh and repaired.
+    sent it back (``resnap`` or ``type``): its tracking is read afresh and repaired. A
+    lane missing from the index, or whose entry does not parse, has its document hash
+    read (:func:`load_documents`); so does any lane :func:`plan_lane` needs the text of.
     """
     states = {lane: LaneState() for lane in lanes}
+    by_partition: dict[int, list[str]] = defaultdict(list)
+    for lane, partition in lanes.items():
+        by_partition[partition].append(lane)
     misses: list[str] = []
+    for lane in lanes:
+        cached = None if lane in force else cache.get(lane)
+        if cached is None:
+            misses.append(lane)
+        else:
+            states[lane].tracking = cached
+            states[lane].expected = str(cached.write_version) if cached.write_version else ""
     async with redis.pipeline(transaction=False) as pipe:
-        for lane in lanes:
-            pipe.hmget(keys.doc(lane), list(DOCUMENT_FIELDS))
-            if lane.startswith("t:"):
-                pipe.hget(keys.thread(lane[2:]), "resource")
-            cached = None if lane in force else cache.get(lane)
-            if cached is None:
-                misses.append(lane)
-                pipe.hmget(keys.track(lane), list(TRACKING_FIELDS))
-            else:
-                states[lane].tracking = cached
-                states[lane].expected = str(cached.write_version) if cached.write_version else ""
+        for partition, group in by_partition.items():
+            pipe.hmget(keys.documents(partition), group)
+        for lane in misses:
+            pipe.hmget(keys.track(lane), list(TRACKING_FIELDS))
         replies = list(await pipe.execute(raise_on_error=False))
     _raise_whole_server(replies)
-    position = 0
-    tracking_replies: dict[str, object] = {}
-    for lane in lanes:
-        owner: object = None
-        doc_reply = replies[position]
-        if lane.startswith("t:"):
-            position += 1
-            owner = replies[position]
-        position += 1
-        states[lane].doc, states[lane].fault = _parse_document(keys, lane, doc_reply, owner)
-        if lane in misses:
-            tracking_replies[lane] = replies[position]
-            position += 1
-    for lane, reply in tracking_replies.items():
+    unindexed = _from_index(keys, by_partition, replies, states)
+    await load_documents(redis, keys, states, unindexed)
+    for lane, reply in zip(misses, replies[len(by_partition):], strict=True):
         _parse_tracking(keys, lane, reply, states[lane])
     _apply_force(states, force)
     await _base_values(redis, keys, cache, states)
     return states
+
+
+def _from_index(
+    keys: Keys, by_partition: dict[int, list[str]], replies: list[object], states: dict[str, LaneState]
+) -> list[str]:
+    """Fill in documents from the index replies; returns the lanes it does not list."""
+    unindexed: list[str] = []
+    for (partition, group), reply in zip(by_partition.items(), replies, strict=False):
+        entries = reply if isinstance(reply, list) else [None] * len(group)
+        for lane, raw in zip(group, entries, strict=True):
+            try:
+                states[lane].doc = LaneDocument.from_index(lane, raw, f"{keys.documents(partition)} field {lane}")
+            except CorruptDataError:
+                states[lane].doc = None  # the document hash itself decides
+            if states[lane].doc is None:
+                unindexed.append(lane)
+    return unindexed
+
+
+async def load_documents(redis: Client, keys: Keys, states: dict[str, LaneState], lanes: list[str]) -> None:
+    """Read the document hashes (text included) and thread owners of ``lanes``: the
+    slow path, for lanes whose text a signal needs or that the index does not list."""
+    if not lanes:
+        return
+    async with redis.pipeline(transaction=False) as pipe:
+        for lane in lanes:
+            pipe.hmget(keys.doc(lane), list(DOCUMENT_FIELDS))
+            pipe.hget(keys.thread(lane[2:]), "resource") if lane.startswith("t:") else pipe.ping()
+        replies = list(await pipe.execute(raise_on_error=False))
+    _raise_whole_server(replies)
+    for n, lane in enumerate(lanes):
+        owner = replies[2 * n + 1] if lane.startswith("t:") else None
+        states[lane].doc, states[lane].fault = _parse_document(keys, lane, replies[2 * n], owner)
 
 
 def _apply_force(states: dict[str, LaneState], force: dict[str, str]) -> None:
@@ -251,8 +279,9 @@ async def _base_values(redis: Client, keys: Keys, cache: TrackingCache, states: 
 
 
 def plan_lane(
-    lane: str, state: LaneState, entries: list[Pending], *, options: LaneOptions, now: str, signer: Signer | None
-) -> tuple[LaneCommit, list[tuple[Pending, str]]]:
+    lane: str, state: LaneState, entries: list[Pending], *, options: LaneOptions, now: str, signer: Signer | None,
+    known: Set[str] = frozenset(),
+) -> tuple[LaneCommit, list[tuple[Pending, str]]] | None:
     """Check the lane's events against its document and event chain; compute its signals.
 
     An event on the lane's chain (see :func:`event_chain`) is signalled with its own text;
@@ -262,7 +291,8 @@ def plan_lane(
     signalled instead (a catch-up). An event that contradicts the chain or the document
     is dead-lettered. A lane under repair gets one snapshot of its document.
 
-    Returns the commit and the events to dead-letter with their reasons.
+    Returns the commit and the events to dead-letter with their reasons, or ``None`` when
+    the document's text is needed and was not read (see :func:`load_documents`).
     """
     commit = LaneCommit(lane, state, entries)
     doc = state.doc
@@ -273,33 +303,35 @@ def plan_lane(
     tracking = state.tracking or LaneTracking()
     forced = state.resnap or state.repair is not None
     commit.stats.repairs += state.repair is not None
-    genuine, complete = event_chain(entries, doc, tracking)
+    genuine, complete = event_chain(entries, doc, tracking, known)
     signalled_versions = {e.event.version for e in entries if e.entry_id in genuine}
     poison: list[tuple[Pending, str]] = []
     catch_up = forced
-    for entry in entries:
-        event = entry.event
+    for pending in entries:
+        event = pending.event
         refusal = _event_mismatch(event, doc)
-        if refusal is None and entry.entry_id not in genuine and event.version > tracking.write_version:
-            refusal = _off_chain(entry, doc, complete, signalled_versions)
+        if refusal is None and pending.entry_id not in genuine and event.version > tracking.write_version:
+            refusal = _off_chain(pending, doc, complete, signalled_versions)
             catch_up = catch_up or refusal is None
         if refusal is not None:
-            poison.append((entry, refusal))
+            poison.append((pending, refusal))
             continue
-        commit.acks.append(entry.entry_id)
-        if forced or entry.entry_id not in genuine or event.version <= tracking.write_version:
+        commit.acks.append(pending.entry_id)
+        if forced or pending.entry_id not in genuine or event.version <= tracking.write_version:
             commit.stats.skipped += 1
             continue
-        source = doc.event() if event.version == doc.version else event
-        before = len(commit.signals)
-        tracking = _emit(commit, tracking, source, entry.entry_id, options=options, now=now, signer=signer)
+        before = len(commit.signals)  # an event on the chain carries its version's text
+        tracking = _emit(commit, tracking, event, pending.entry_id, options=options, now=now, signer=signer)
         commit.stats.skipped += len(commit.signals) == before  # unchanged cacheKey: deduplicated
     if catch_up and (forced or tracking.write_version < doc.version):
+        if doc.data is None:
+            return None
         if forced:
             tracking = msgspec.structs.replace(tracking, value=None,
                                                write_version=min(tracking.write_version, doc.version - 1))
         tracking = _emit(commit, tracking, doc.event(), doc.eid, options=options, now=now, signer=signer)
-    commit.entries = [entry for entry in entries if entry.entry_id in set(commit.acks)]
+    acked = set(commit.acks)
+    commit.entries = [pending for pending in entries if pending.entry_id in acked]
     commit.final = tracking
     return commit, poison
 
@@ -324,43 +356,72 @@ def _emit(
     return final
 
 
-def event_chain(entries: list[Pending], doc: LaneDocument, tracking: LaneTracking) -> tuple[set[str], bool]:
+def event_chain(
+    entries: list[Pending], doc: LaneDocument, tracking: LaneTracking, known: Set[str] = frozenset()
+) -> tuple[set[str], bool]:
     """The ids of the batch's events that are on the lane's chain of genuine writes, and
-    whether the batch holds the whole chain from the tracking's anchor to the document.
+    whether the chain from the worker's last processed event up to the batch's newest
+    genuine event is whole (then an event off the chain is a forgery).
 
     The write script gives every event the id of the lane's previous event (``p``) and
-    records its own in the document (``eid``). Walking back from the document's event, and
-    forward from the last event the worker processed (``we`` in the tracking; ``''`` before
-    the first), follows genuine events only: an appended forgery can name a ``p`` but no
-    genuine event or document names it. Where two events claim the same predecessor, the
-    one the backward walk reached wins; if neither, the forward walk stops there.
+    records its own in the document (``eid``): walking back from the document's event
+    follows genuine events only (an appended forgery can name any ``p``, but no genuine
+    event or document names the forgery). ``known`` holds ids already found genuine by
+    such a walk on the stream (:func:`walk_chains`), for documents past the batch.
     """
     by_id = {e.entry_id: e for e in entries}
+    anchor = tracking.write_event if tracking.write_event or not tracking.write_version else None
+    if doc.eid in by_id:
+        start = doc.eid
+    else:
+        on_chain = [e for e in entries if e.entry_id in known]
+        start = max(on_chain, key=lambda e: e.event.version).entry_id if on_chain else ""
     back: set[str] = set()
-    cursor = doc.eid
+    cursor = start
     while cursor and cursor in by_id and cursor not in back:
         back.add(cursor)
         cursor = by_id[cursor].prev or ""
-    back_end = cursor
-    anchor = tracking.write_event if tracking.write_event or not tracking.write_version else None
-    if anchor is None or not doc.eid:  # no anchor, or a document from before chains: nothing is complete
+    if anchor is None or not doc.eid:  # no anchor, or a document from before chains
         return back, False
-    children: dict[str, list[str]] = defaultdict(list)
-    for e in entries:
-        if e.prev is not None:
-            children[e.prev].append(e.entry_id)
-    forward: set[str] = set()
-    cursor = anchor
-    while True:
-        kids = [k for k in children.get(cursor, ()) if k not in forward]
-        if len(kids) > 1:
-            kids = [k for k in kids if k in back]
-        if len(kids) != 1:
-            break
-        cursor = kids[0]
-        forward.add(cursor)
-    complete = doc.eid == anchor or (bool(back) and back_end == anchor) or doc.eid in forward
-    return back | forward, complete
+    if not start:
+        return back, doc.eid == anchor
+    return back, cursor == anchor  # the walk came down to the last processed event: nothing is missing
+
+
+async def walk_chains(
+    redis: Client, keys: Keys, script: Any, states: dict[str, LaneState], *, by_lane: dict[str, list[Pending]],
+    known: dict[str, set[str]], limit: int = 256,
+) -> None:
+    """Walk back from the documents' events that are past the batch (one read-only script
+    per partition) and add the genuine ids found to ``known[lane]``.
+
+    A walk stops at the batch's events, the last processed event or an id already known.
+    Lanes more than ``limit`` writes ahead are left as they are: their events cannot be
+    placed, and the worker catches up to the document instead (one signal for the backlog).
+    """
+    todo: dict[int, list[tuple[str, list[str]]]] = defaultdict(list)
+    for lane, entries in by_lane.items():
+        state, ids, seen = states[lane], {e.entry_id for e in entries}, known.get(lane, set())
+        doc, tracking = state.doc, state.tracking or LaneTracking()
+        if doc is None or not doc.eid or doc.eid in ids or doc.eid in seen or doc.eid == tracking.write_event:
+            continue
+        if any(e.event.version > tracking.write_version for e in entries):
+            stops = [*ids, *seen, *([tracking.write_event] if tracking.write_event else [])]
+            todo[entries[0].partition].append((lane, stops))
+    if not todo:
+        return
+    async with redis.pipeline(transaction=False) as pipe:
+        for partition, lanes in todo.items():
+            items = [{"start": cast(LaneDocument, states[lane].doc).eid, "stops": stops} for lane, stops in lanes]
+            await queue_script(pipe, script, [keys.writes(partition)], [limit, encode_json(items)])
+        replies = list(await pipe.execute(raise_on_error=False))
+    _raise_whole_server(replies)
+    for (_, lanes), reply in zip(todo.items(), replies, strict=True):
+        if not isinstance(reply, list):
+            continue
+        for (lane, _), path in zip(lanes, reply, strict=True):
+            if path and path[0]:  # reached the batch or a known id: the whole path is genuine
+                known.setdefault(lane, set()).update(str(i) for i in path)
 
 
 def _off_chain(entry: Pending, doc: LaneDocument, complete: bool, genuine_versions: set[int]) -> str | None:

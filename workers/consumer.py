@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import socket
 from collections import defaultdict
+from collections.abc import Set
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Literal, cast
 
 import msgspec
 import structlog
@@ -36,7 +37,17 @@ from signals.lane import MAX_VERSION, LaneOptions, is_stream_id
 from signals.models import DeadLetter, WriteEvent
 from signals.signing import Signer
 from workers.cache import TrackingCache
-from workers.commit import BatchStats, LaneCommit, Pending, plan_lane, read_lanes, run_commits
+from workers.commit import (
+    BatchStats,
+    LaneCommit,
+    LaneState,
+    Pending,
+    load_documents,
+    plan_lane,
+    read_lanes,
+    run_commits,
+    walk_chains,
+)
 from workers.faults import is_whole_server
 
 __all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")
@@ -67,6 +78,7 @@ class ConsumerOptions:
     tracking_cache: int = 20_000
 
 
+_Plan = tuple[LaneCommit, list[tuple[Pending, str]]] | None | Literal[False]
 RawEntry = tuple[str, str, dict[str, str] | None]
 
 
@@ -90,6 +102,8 @@ class Consumer:
         self.signer = signer
         self.stats = BatchStats()
         self._commit = redis.register_script(lua("commit"))
+        self._chain = redis.register_script(lua("chain"))
+        self._known: dict[str, set[str]] = {}  # lane -> write events found genuine by a chain walk
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = redis.register_script(lua("dead_letter"))
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
@@ -253,15 +267,22 @@ class Consumer:
                                   {lane: e[0].partition for lane, e in by_lane.items()}, force)
         now = now_iso()
         per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
+        await walk_chains(self.redis, self.keys, self._chain, states, by_lane=by_lane, known=self._known)
+        planned: dict[str, _Plan] = {}
         for lane, lane_entries in by_lane.items():
             lane_entries.sort(key=lambda e: e.event.version)
-            try:
-                commit, poison = plan_lane(lane, states[lane], lane_entries, options=self.options.lane, now=now,
-                                          signer=self.signer)
-            except Exception as e:  # noqa: BLE001 - classified: counted, retried, then dead-lettered
-                for entry in lane_entries:
-                    await self._failed(entry, e, stats)
+            planned[lane] = await self._plan(lane, states[lane], lane_entries, stats, now,
+                                             known=self._known.get(lane, frozenset()))
+        needs_text = [lane for lane, plan in planned.items() if plan is None]
+        await load_documents(self.redis, self.keys, states, needs_text)
+        for lane in needs_text:
+            planned[lane] = await self._plan(lane, states[lane], by_lane[lane], stats, now,
+                                           known=self._known.get(lane, frozenset()))
+        for lane, plan in planned.items():
+            if not plan:  # failed (retried later), or still without its text
                 continue
+            commit, poison = plan
+            lane_entries = by_lane[lane]
             for entry, reason in poison:
                 await self._dead_letter(entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)}, reason, 1)
                 stats.dead_letters += 1
@@ -269,6 +290,20 @@ class Consumer:
                 per_partition[lane_entries[0].partition].append(commit)
         force.clear()
         return await self._commit_all(per_partition, stats, force, prefetch)
+
+    async def _plan(
+        self, lane: str, state: LaneState, lane_entries: list[Pending], stats: BatchStats, now: str, *,
+        known: Set[str],
+    ) -> _Plan:
+        """Plan one lane (``None``: it needs its document's text); a lane whose planning
+        raises has its events retried (then dead-lettered) and is left out (``False``)."""
+        try:
+            return plan_lane(lane, state, lane_entries, options=self.options.lane, now=now, signer=self.signer,
+                             known=known)
+        except Exception as e:  # noqa: BLE001 - classified: counted, retried, then dead-lettered
+            for pending in lane_entries:
+                await self._failed(pending, e, stats)
+            return False
 
     async def _commit_all(
         self, per_partition: dict[int, list[LaneCommit]], stats: BatchStats, force: dict[str, str],
@@ -319,6 +354,11 @@ class Consumer:
         if status[0] == "ok":
             stats.add(c.stats)
             self._cache.remember(c.lane, msgspec.structs.replace(c.final, tail=status[1]))
+            known = self._known.get(c.lane)
+            if known is not None:  # processed: no longer needed to place later events
+                known.difference_update(e.entry_id for e in c.entries)
+                if not known or len(self._known) > self.options.tracking_cache:
+                    del self._known[c.lane]
             return []
         self._cache.forget(c.lane)
         if status[0] == "conflict":

@@ -5,7 +5,7 @@
 -- events of a lane form a chain a worker can check, anchored in the document and in its
 -- own tracking, so an event appended to the stream by anyone else is recognised.
 -- KEYS: 1 doc, 2 writes stream, 3 idempotency key (or doc when none), 4 thread key
---       (or doc when no owner check here), 5 lanes set
+--       (or doc when no owner check here), 5 lanes set, 6 the partition's document index
 -- ARGV: 1 expected version, 2 new version, 3 data, 4 format, 5 event json,
 --       6 owner resource ('' = no check), 7 idempotency ttl s, 8 lane, 9 now iso, 10 scope
 if KEYS[3] ~= KEYS[1] then
@@ -25,6 +25,7 @@ if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
 local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[5], 'p', cur[3] or '')
 redis.call('HSET', KEYS[1], 'data', ARGV[3], 'version', ARGV[2], 'format', ARGV[4],
   'scope', ARGV[10], 'updatedAt', ARGV[9], 'eid', id)
+redis.call('HSET', KEYS[6], ARGV[8], ARGV[2] .. ' ' .. id .. ' ' .. ARGV[4])
 redis.call('SADD', KEYS[5], ARGV[8])
 if KEYS[3] ~= KEYS[1] then
   redis.call('SET', KEYS[3], ARGV[2], 'EX', tonumber(ARGV[7]))

@@ -51,7 +51,7 @@ SAMPLE = {
     "doc": KEYS.doc("r:x"), "trk": KEYS.track("r:x"), "sig": KEYS.signals("r:x"),
     "snaps": KEYS.snapshots("r:x"), "idem": KEYS.idempotency("r:x", "k"), "thread": KEYS.thread("t1"),
     "dlv": KEYS.deliveries("t1"), "writes": KEYS.writes(0), "dlq": KEYS.dead_letters(0),
-    "fails": KEYS.failures(0), "lanes": KEYS.lanes(0), "config": KEYS.config(),
+    "fails": KEYS.failures(0), "lanes": KEYS.lanes(0), "docs": KEYS.documents(0), "config": KEYS.config(),
 }
 
 
