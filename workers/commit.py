@@ -307,10 +307,11 @@ def plan_lane(
     signalled_versions = {e.event.version for e in entries if e.entry_id in genuine}
     poison: list[tuple[Pending, str]] = []
     catch_up = forced
+    processed = tracking.write_version  # before this batch: older events are duplicates
     for pending in entries:
         event = pending.event
         refusal = _event_mismatch(event, doc)
-        if refusal is None and pending.entry_id not in genuine and event.version > tracking.write_version:
+        if refusal is None and pending.entry_id not in genuine and event.version > processed:
             refusal = _off_chain(pending, doc, complete, signalled_versions)
             catch_up = catch_up or refusal is None
         if refusal is not None:
