@@ -268,6 +268,12 @@ async def _base_values(redis: Client, keys: Keys, cache: TrackingCache, states: 
         for lane, tracking in needed.items():
             states[lane].tracking = msgspec.structs.replace(tracking, value=values.get(lane))
     for lane, state in states.items():
+        if state.resnap and state.repair is None and state.tracking is not None:
+            # the stream does not end where the tracking says: number the snapshot past
+            # anything in its tail, so no subscriber takes it for a version it already saw
+            last = await cache.last_version(lane) or 0
+            if last > state.tracking.version:
+                state.tracking = msgspec.structs.replace(state.tracking, version=last)
         if state.repair is None or state.doc is None:
             continue
         known = state.tracking.version if state.tracking is not None else 0

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import anyio
+import msgspec
 import pytest
 from redis.asyncio import Redis
 
@@ -235,3 +236,25 @@ async def test_partition_count_is_stored_once_and_a_mismatch_refuses_to_start(
         lambda: subprocess.run(args, capture_output=True, text=True, timeout=60, check=False))
     assert worker.returncode == 2
     assert "uses 16 partitions" in worker.stderr and len(worker.stderr.strip().splitlines()) == 1
+
+
+async def test_snapshot_after_a_forged_tail_is_numbered_past_it(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A well-formed signal appended to a lane's stream by someone else (version last + 1):
+    the worker's next signal is a snapshot numbered past it (it reused that version, so a
+    subscriber that had taken the forgery skipped the genuine snapshot as already seen)."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("tail", "# Tail\n- one")
+    async with running_workers(redis_server.url, keys, 1):
+        await wait_caught_up(redis, keys)
+        [(_, fields)] = await redis.xrevrange(keys.signals("r:tail"), count=1)
+        forged = decode_signal(fields[FIELD])
+        fake = msgspec.structs.replace(forged, version=forged.version + 1, contents=f"# {MARK}", value=f"# {MARK}")
+        await redis.xadd(keys.signals("r:tail"), {FIELD: encode_json(fake)})
+        await store.replace("tail", "# Tail\n- two")
+        await wait_caught_up(redis, keys)
+    [(_, fields)] = await redis.xrevrange(keys.signals("r:tail"), count=1)
+    last = decode_signal(fields[FIELD])
+    assert (last.mode, last.value) == ("snapshot", "# Tail\n- two")
+    assert last.version == forged.version + 2
