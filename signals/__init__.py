@@ -5,7 +5,7 @@ does no I/O; the Redis side (store, subscription, delivery log, replay) uses
 redis.asyncio. Worker processes and the CLI live in the separate ``workers`` package.
 """
 
-from signals._util import Client, connect
+from signals._util import Client, TLSOptions, connect
 from signals.agent import AgentWorkingMemory
 from signals.cachekey import cache_key, js_trim
 from signals.deliveries import DeliveryLog, ModelView
@@ -35,7 +35,8 @@ from signals.merge import deep_merge, merge_patch
 from signals.models import Attributes, Delivery, Signal, WriteEvent
 from signals.processor import Proposal, apply_delta, decide
 from signals.render import render_markup
-from signals.replay import Materialised, materialise, read_signals
+from signals.replay import Materialised, VerifyReport, materialise, read_signals, verify_lane
+from signals.signing import Signer
 from signals.simulate import run_scenario
 from signals.store import Document, WorkingMemoryStore
 from signals.subscribe import Subscription
@@ -73,10 +74,13 @@ __all__ = (
     "ScenarioError",
     "SchemaValidationError",
     "Signal",
+    "Signer",
     "StepResult",
     "Subscription",
+    "TLSOptions",
     "ThreadOwnerError",
     "VerifyError",
+    "VerifyReport",
     "WindowTracker",
     "WmSignalsError",
     "WorkingMemoryConfig",
@@ -101,5 +105,6 @@ __all__ = (
     "tool_definition",
     "trim_window",
     "unified_patch",
+    "verify_lane",
     "working_memory_system_message",
 )
