@@ -171,7 +171,8 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, *
     """A redis.asyncio client for ``url`` speaking RESP2 with ``str`` replies.
 
     RESP2 is pinned: redis-py 8 defaults to RESP3 but still shapes some replies as RESP2,
-    and every reply this package parses is written against RESP2. With ``cluster`` the
+    and every reply this package parses is written against RESP2. Replies that are not
+    UTF-8 decode with ``surrogateescape`` instead of raising. With ``cluster`` the
     URL names any node of a Redis Cluster; the client discovers the rest. Its socket
     timeout is off, as for a single server, since subscriptions block for seconds.
 
@@ -190,7 +191,10 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, *
     refused = sorted(k for k in kwargs if k.startswith("ssl"))
     if refused:
         raise InvalidInputError(f"pass TLS options as tls=TLSOptions(...), not {', '.join(refused)}")
-    options: dict[str, object] = {"protocol": 2, "decode_responses": True}
+    # surrogateescape: a reply that is not UTF-8 never raises while being read (one bad byte
+    # in Redis must not end a read loop); its bytes come back as lone surrogates, which
+    # every check of this package refuses, and go back to Redis unchanged if sent again.
+    options: dict[str, object] = {"protocol": 2, "decode_responses": True, "encoding_errors": "surrogateescape"}
     if tls is not None:
         tls.check()
         options.update(tls.redis_options())

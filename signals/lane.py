@@ -41,6 +41,15 @@ _STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 _LANE_SCOPE = {"r:": "resource", "t:": "thread"}
 
 
+def _is_utf8(text: str) -> bool:
+    """Whether text read from Redis was valid UTF-8 (invalid bytes arrive as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def is_stream_id(value: str) -> bool:
     """Whether ``value`` is a Redis stream id (``<ms>-<seq>``)."""
     return _STREAM_ID.fullmatch(value) is not None
@@ -103,6 +112,11 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
             CorruptDataError: a field is not what the worker writes (names the field).
         """
         raw = dict(zip(TRACKING_FIELDS, fields, strict=True))
+        if all(value is None for value in fields):
+            return cls()  # a lane the workers never committed
+        missing = [name for name in ("v", "wv", "n") if raw[name] is None]
+        if missing:  # a partial hash would restart the lane's versions or forget what was processed
+            raise CorruptDataError(f"{where} lacks field(s) {', '.join(missing)}")
         version = parse_version(raw["v"] or "0", f"{where} field v")
         write_version = parse_version(raw["wv"] or "0", f"{where} field wv")
         since = parse_version(raw["n"] or "0", f"{where} field n")
@@ -159,6 +173,8 @@ class LaneDocument(msgspec.Struct, frozen=True, gc=False):
         number = parse_version(version, f"{where} field version")
         if data is None:
             raise CorruptDataError(f"{where} has version {number} but no data")
+        if not _is_utf8(data) or (owner is not None and not _is_utf8(owner)):
+            raise CorruptDataError(f"{where} (or its thread's owner) is not valid UTF-8")
         if fmt not in ("markdown", "json"):
             raise CorruptDataError(f"{where} field format is {(fmt or '')[:40]!r}")
         doc_format = cast(Format, fmt)

@@ -246,7 +246,10 @@ def _parse_tracking(keys: Keys, lane: str, reply: object, state: LaneState) -> N
         state.repair = f"{where}: {reply}"
         return
     fields = cast(list[str | None], reply)
-    state.expected = fields[TRACKING_FIELDS.index("wv")] or ""  # the CAS compares what was read
+    raw_wv = fields[TRACKING_FIELDS.index("wv")] or ""
+    # the CAS compares what was read; bytes that are not UTF-8 cannot travel in JSON: the
+    # repair then replaces the tracking without comparing it
+    state.expected = raw_wv if raw_wv.isprintable() and raw_wv.isascii() else "!junk"
     try:
         tracking = LaneTracking.parse(fields, where)
     except CorruptDataError as e:
@@ -271,9 +274,9 @@ async def _base_values(redis: Client, keys: Keys, cache: TrackingCache, states: 
         if state.resnap and state.repair is None and state.tracking is not None:
             # the stream does not end where the tracking says: number the snapshot past
             # anything in its tail, so no subscriber takes it for a version it already saw
-            last = await cache.last_version(lane) or 0
-            if last > state.tracking.version:
-                state.tracking = msgspec.structs.replace(state.tracking, version=last)
+            tail_version = await cache.last_version(lane) or 0
+            if tail_version > state.tracking.version:
+                state.tracking = msgspec.structs.replace(state.tracking, version=tail_version)
         if state.repair is None or state.doc is None:
             continue
         known = state.tracking.version if state.tracking is not None else 0

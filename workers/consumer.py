@@ -31,7 +31,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from signals._util import Client, lua, now_iso
 from signals.codec import FIELD, decode_write, encode_json
-from signals.errors import GroupMissingError
+from signals.errors import GroupMissingError, WmSignalsError
 from signals.keys import GROUP, Keys, validate_id
 from signals.lane import MAX_VERSION, LaneOptions, is_stream_id
 from signals.models import DeadLetter, WriteEvent
@@ -224,8 +224,9 @@ class Consumer:
                 continue
             try:
                 event, prev = self._decode(fields, partition)
-            except (KeyError, ValueError, TypeError, msgspec.DecodeError, msgspec.ValidationError) as e:
-                await self._dead_letter(partition, entry_id, _printable(fields), f"poison: {e}", 1)
+            except (KeyError, ValueError, TypeError, WmSignalsError, msgspec.DecodeError,
+                    msgspec.ValidationError) as e:
+                await self._dead_letter(partition, entry_id, _printable(fields), f"poison: {_text(e)}", 1)
                 stats.dead_letters += 1
                 continue
             entries.append(Pending(partition, entry_id, event, prev))
@@ -392,5 +393,10 @@ class Consumer:
 
 
 def _printable(fields: dict[str, str]) -> dict[str, str]:
-    """An entry's fields as they can be stored in a dead letter: strings, bounded."""
-    return {str(k)[:200]: str(v)[:70_000] for k, v in list(fields.items())[:20]}
+    """An entry's fields as they can be stored in a dead letter: valid text (bytes that
+    were not UTF-8 shown as ``\\xNN``), bounded."""
+    return {_text(k)[:200]: _text(v)[:70_000] for k, v in list(fields.items())[:20]}
+
+
+def _text(value: object) -> str:
+    return str(value).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -7,7 +7,7 @@
 -- KEYS: 1 writes stream, then per lane i: trk, sig, snaps
 -- ARGV: 1 group, 2 snapshots to keep, 3 JSON array, one object per lane:
 --   expected   the tracking's wv exactly as the worker read it ('' when absent, '!type' when
---              the tracking key had another type)
+--              the tracking key had another type, '!junk' when it was not text: replaced)
 --   tail       the stream id the signal stream must end at ('' = empty or absent), or
 --              false when the lane is being re-snapshotted (no tail check)
 --   repair     1: delete lane keys of the wrong type, and with reset=1 the signal stream and
@@ -32,33 +32,50 @@ local function id_le(a, b)
   return am < bm or (am == bm and as <= bs)
 end
 
+local function mistyped(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  return t ~= 'none' and t ~= want
+end
+
+local function has_snapshot(flags)
+  for _, flag in ipairs(flags) do
+    if flag == 1 then return true end
+  end
+  return false
+end
+
 local out = {}
 for i, lane in ipairs(lanes) do
   local k = 2 + (i - 1) * 3
-  local keys = {KEYS[k], KEYS[k + 1], KEYS[k + 2]}
-  local trk, sig, snaps = keys[1], keys[2], keys[3]
-  local mistyped = {}
-  for j = 1, 3 do
-    local t = redis.call('TYPE', keys[j])['ok']
-    if t ~= 'none' and t ~= wanted[j] then mistyped[#mistyped + 1] = keys[j] end
-  end
+  local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local status = nil
-  if #mistyped > 0 and lane.repair ~= 1 then
-    status = {'type', table.concat(mistyped, ' ')}
-  else
-    if #mistyped > 0 then redis.call('DEL', unpack(mistyped)) end
-    local current = ''
-    if lane.expected == '!type' then
-      if #mistyped == 0 or mistyped[1] ~= trk then current = redis.call('HGET', trk, 'wv') or '' else current = '!type' end
-    else
-      current = redis.call('HGET', trk, 'wv') or ''
+  if lane.repair == 1 then
+    -- a lane under repair: keys of another type go (the worker saw one, or the tracking is junk)
+    local bad = {}
+    for j, key in ipairs({trk, sig, snaps}) do
+      if mistyped(key, wanted[j]) then bad[#bad + 1] = key end
     end
-    if current ~= lane.expected then
+    if #bad > 0 then redis.call('DEL', unpack(bad)) end
+    local current = redis.call('HGET', trk, 'wv') or ''
+    if lane.expected == '!type' and bad[1] == trk then current = '!type' end
+    if lane.expected == '!junk' then current = '!junk' end -- a value JSON cannot carry: replaced
+    if current ~= lane.expected then status = {'conflict'} end
+  else
+    -- the usual path: a key of another type shows as an error of the command that reads it
+    local wv = redis.pcall('HGET', trk, 'wv')
+    if type(wv) == 'table' and wv.err then
+      status = {'type', trk}
+    elseif (wv or '') ~= lane.expected then
       status = {'conflict'}
-    elseif lane.tail ~= false then
-      local last = redis.call('XREVRANGE', sig, '+', '-', 'COUNT', 1)[1]
-      local last_id = last and last[1] or ''
-      if last_id ~= lane.tail then status = {'resnap'} end
+    elseif has_snapshot(lane.snapshot) and mistyped(snaps, 'list') then
+      status = {'type', snaps}
+    else
+      local last = redis.pcall('XREVRANGE', sig, '+', '-', 'COUNT', 1)
+      if last.err then
+        status = {'type', sig}
+      elseif lane.tail ~= false and ((last[1] and last[1][1]) or '') ~= lane.tail then
+        status = {'resnap'}
+      end
     end
   end
   if status == nil then
