@@ -151,7 +151,7 @@ async def read_lanes(
     document index per partition) and tracking (cache, else Redis), in one pipeline.
 
     ``lanes`` maps lane -> partition. ``force`` maps a lane to the commit status that
-    sent it back (``resnap`` or ``type``): its tracking is read afresh and repaired. A
+    sent it back (``resnap``, ``type`` or ``reset``): its tracking is read afresh and repaired. A
     lane missing from the index, or whose entry does not parse, has its document hash
     read (:func:`load_documents`); so does any lane :func:`plan_lane` needs the text of.
     """
@@ -223,6 +223,9 @@ def _apply_force(states: dict[str, LaneState], force: dict[str, str]) -> None:
             states[lane].resnap = True
         elif status == "type" and states[lane].repair is None:
             states[lane].repair = "a lane key had another type"
+        elif status == "reset":
+            states[lane].repair = "the signal stream takes no new entry (a foreign entry holds the last id)"
+            states[lane].reset = True
 
 
 def _parse_document(keys: Keys, lane: str, reply: object, owner: object) -> tuple[LaneDocument | None, str | None]:
@@ -281,7 +284,7 @@ async def _base_values(redis: Client, keys: Keys, cache: TrackingCache, states: 
             continue
         known = state.tracking.version if state.tracking is not None else 0
         last = await cache.last_version(lane)
-        state.reset = last is None
+        state.reset = state.reset or last is None
         version = max(known, last or 0)
         state.tracking = LaneTracking(version=version, value=None)
         log.warning("worker.lane_repair", lane=lane, reason=state.repair, continue_after=version)

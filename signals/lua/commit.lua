@@ -15,7 +15,8 @@
 --   fields     the tracking hash to store, by name
 --   signals, macs, snapshot, acks   the signal JSONs, their MACs ('' = none), 0/1 per
 --              signal, the write entry ids to acknowledge
--- Returns one item per lane: {'ok', tail id}, {'conflict'}, {'resnap'} or {'type', keys}.
+-- Returns one item per lane: {'ok', tail id}, {'conflict'}, {'resnap'}, {'type', keys} or
+-- {'reset', key} (the signal stream takes no new entry: the lane needs a new one).
 local group = ARGV[1]
 local keep = tonumber(ARGV[2])
 local lanes = cjson.decode(ARGV[3])
@@ -78,16 +79,21 @@ for i, lane in ipairs(lanes) do
       end
     end
   end
+  local tail = lane.fields.tail
   if status == nil then
     if lane.repair == 1 and lane.reset == 1 then redis.call('DEL', sig, snaps) end
-    local fields = lane.fields
-    local tail = fields.tail
     for s = 1, #lane.signals do
       local id
       if lane.macs[s] ~= '' then
-        id = redis.call('XADD', sig, '*', 'e', lane.signals[s], 'm', lane.macs[s])
+        id = redis.pcall('XADD', sig, '*', 'e', lane.signals[s], 'm', lane.macs[s])
       else
-        id = redis.call('XADD', sig, '*', 'e', lane.signals[s])
+        id = redis.pcall('XADD', sig, '*', 'e', lane.signals[s])
+      end
+      if type(id) == 'table' and id.err then
+        -- no id left after a foreign entry (the largest possible id): nothing of this lane
+        -- was written yet (the first XADD is the lane's first write); it needs a new stream
+        if s == 1 then status = {'reset', sig} break end
+        return redis.error_reply(id.err)
       end
       tail = id
       if lane.snapshot[s] == 1 then
@@ -104,6 +110,9 @@ for i, lane in ipairs(lanes) do
         end
       end
     end
+  end
+  if status == nil then
+    local fields = lane.fields
     fields.tail = tail
     local hset = {}
     for name, value in pairs(fields) do
