@@ -91,8 +91,9 @@ for i, lane in ipairs(lanes) do
       end
       if type(id) == 'table' and id.err then
         -- no id left after a foreign entry (the largest possible id): nothing of this lane
-        -- was written yet (the first XADD is the lane's first write); it needs a new stream
-        if s == 1 then status = {'reset', sig} break end
+        -- was written yet (the first XADD is the lane's first write); it needs a new stream.
+        -- Anything else (OOM above all) is the server's: the whole script fails as it is.
+        if s == 1 and string.find(id.err, 'exhausted', 1, true) then status = {'reset', sig} break end
         return redis.error_reply(id.err)
       end
       tail = id
