@@ -42,6 +42,7 @@ from signals.errors import CorruptDataError
 from signals.keys import GROUP, Keys
 from signals.lane import (
     DOCUMENT_FIELDS,
+    MAX_VERSION,
     TRACKING_FIELDS,
     LaneDocument,
     LaneOptions,
@@ -56,6 +57,10 @@ from workers.faults import is_whole_server
 __all__ = ("BatchStats", "LaneCommit", "LaneState", "Pending", "read_lanes", "run_commits", "walk_chains")
 
 log = structlog.get_logger(__name__)
+
+#: How far past its own tracking a re-snapshot numbers to clear a tail it did not write.
+_MAX_JUMP = 1_000
+
 
 @dataclass(slots=True)
 class BatchStats:
@@ -277,8 +282,9 @@ async def _base_values(redis: Client, keys: Keys, cache: TrackingCache, states: 
         if state.resnap and state.repair is None and state.tracking is not None:
             # the stream does not end where the tracking says: number the snapshot past
             # anything in its tail, so no subscriber takes it for a version it already saw
+            # (within _MAX_JUMP: a forged version near 2**53 must not push the lane out of range)
             tail_version = await cache.last_version(lane) or 0
-            if tail_version > state.tracking.version:
+            if state.tracking.version < tail_version <= state.tracking.version + _MAX_JUMP:
                 state.tracking = msgspec.structs.replace(state.tracking, version=tail_version)
         if state.repair is None or state.doc is None:
             continue
@@ -286,6 +292,8 @@ async def _base_values(redis: Client, keys: Keys, cache: TrackingCache, states: 
         last = await cache.last_version(lane)
         state.reset = state.reset or last is None
         version = max(known, last or 0)
+        if version > MAX_VERSION - _MAX_JUMP:  # a forged version at the end of the range: start again
+            version, state.reset = 0, True
         state.tracking = LaneTracking(version=version, value=None)
         log.warning("worker.lane_repair", lane=lane, reason=state.repair, continue_after=version)
 
