@@ -74,11 +74,14 @@ class Keys:
         return f"{self.tag(self.partition(lane))}:{kind}:{lane}"
 
     def doc(self, lane: str) -> str:
-        """Hash: ``data``, ``version``, ``format``, ``scope``, ``updatedAt``."""
+        """Hash: ``data``, ``version``, ``format``, ``scope``, ``updatedAt``, ``eid``."""
         return self._lane_key("doc", lane)
 
     def track(self, lane: str) -> str:
-        """Hash: the worker's tracking of the lane's signals (version, cacheKey, prior...)."""
+        """Hash: the worker's tracking of the lane's signals: last signal version, cacheKey and
+        mode, last processed write version, signals since the snapshot, the stream's tail id
+        and the last write event id (fields named in ``signals.lane.TRACKING_FIELDS``). It
+        holds no text: the next delta's base comes from the worker's cache or the stream."""
         return self._lane_key("trk", lane)
 
     def signals(self, lane: str) -> str:

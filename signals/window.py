@@ -18,7 +18,8 @@ ids of stale ones it may drop). The rules:
   is held.
 
 Re-injection is a delivery of an existing lane version into this window, not a new
-lane version (DESIGN.md); every addition is reported so that it can be logged.
+lane version (the worker alone numbers a lane's versions, see :mod:`signals.lane`);
+every addition is reported so that it can be logged.
 """
 
 from __future__ import annotations
