@@ -9,28 +9,52 @@ Usage, inside the loop, before every model call::
     for inj in result.add: messages.append(inj.message); held_ids.add(inj.id)
     for mid in result.drop: remove that message; held_ids.discard(mid)
 
-With ``delivery="system-message"`` it instead returns the working memory as one system
-message each call (Mastra's default path, see :mod:`signals.system_message`).
+With ``delivery="system-message"`` it gives Mastra's default delivery instead (see
+:mod:`signals.system_message`): every :meth:`AgentWorkingMemory.before_model_call`
+returns the whole working memory, with its update instructions (a read-only agent gets
+the data only), as one ``system`` message in :attr:`ModelCallResult.system`, read from
+the stored document at that call; ``add`` and ``drop`` are empty and no state signal is
+read. The loop puts that message in place of the previous call's system message.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from signals._util import Client
+from signals.cachekey import cache_key, js_trim
 from signals.deliveries import DeliveryLog
+from signals.errors import InvalidInputError
 from signals.keys import Keys, lane_id
 from signals.memory import WorkingMemoryConfig
+from signals.models import Attributes
 from signals.replay import Materialised
 from signals.signing import Signer
-from signals.store import WorkingMemoryStore
+from signals.store import Document, WorkingMemoryStore
 from signals.subscribe import Subscription
 from signals.system_message import TemplateProvider, working_memory_system_message
 from signals.tool import handle_tool_call, tool_definition
-from signals.window import StepResult, WindowTracker
+from signals.window import Injection, StepResult, WindowTracker
 
-__all__ = ("AgentWorkingMemory",)
+__all__ = ("AgentWorkingMemory", "ModelCallResult")
+
+Delivery = Literal["state-signals", "system-message"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallResult(StepResult):
+    """What :meth:`AgentWorkingMemory.before_model_call` returns.
+
+    With state-signal delivery: the step's ``add`` and ``drop`` (see
+    :class:`~signals.window.StepResult`) and ``system`` ``None``. With system-message
+    delivery: ``system`` is the ``{"role": "system", "content": ...}`` message carrying
+    the whole working memory at this call (it replaces the previous call's), ``add`` and
+    ``drop`` are empty and ``rebuildable`` is ``None`` (no lane signal is delivered).
+    """
+
+    system: dict[str, str] | None = None
 
 
 class AgentWorkingMemory:
@@ -43,8 +67,15 @@ class AgentWorkingMemory:
         thread_id: the conversation (needed for the delivery log and thread scope).
         config: working-memory shape (scope, template or schema).
         read_only: no tool, read-only system message, no writes.
-        delivery: ``state-signals`` (default) or ``system-message``.
-        log_deliveries: record every addition in the thread's delivery log.
+        delivery: ``state-signals`` (default) or ``system-message`` (the whole memory as
+            one system message on every call; see :class:`ModelCallResult`).
+        log_deliveries: record every addition in the thread's delivery log. With
+            system-message delivery the log gets a ``snapshot`` record of the document
+            (its trimmed text, and the document's version: this delivery reads no lane
+            signal, so there is no lane version to name) the first time a system message carries it
+            (reason ``bootstrap``) and whenever the text it carries changes (``new``);
+            a call that resends the same text adds nothing, so ``DeliveryLog.view_at``
+            still answers what the model saw at a step.
         template_provider: the template for the system-message delivery, per request.
         signer: when given, only signals with a valid MAC reach the model (see
             :mod:`signals.signing`); any other entry is skipped and logged.
@@ -65,11 +96,13 @@ class AgentWorkingMemory:
         thread_id: str | None = None,
         config: WorkingMemoryConfig | None = None,
         read_only: bool = False,
-        delivery: Literal["state-signals", "system-message"] = "state-signals",
+        delivery: Delivery = "state-signals",
         log_deliveries: bool = True,
         template_provider: TemplateProvider | None = None,
         signer: Signer | None = None,
     ) -> None:
+        if delivery not in ("state-signals", "system-message"):
+            raise InvalidInputError(f"delivery must be 'state-signals' or 'system-message', not {delivery!r}")
         self.config = config or WorkingMemoryConfig()
         self.resource_id = resource_id
         self.thread_id = thread_id
@@ -81,9 +114,16 @@ class AgentWorkingMemory:
         self.subscription = Subscription(redis, keys, self.lane, signer=signer)
         self.window = WindowTracker(self.lane)
         self.log = DeliveryLog(redis, keys) if (log_deliveries and thread_id) else None
+        self._steps = 0  # system-message delivery: its own step count (the tracker is unused)
+        self._logged_key: str | None = None  # system-message delivery: the cacheKey last logged
 
     async def start(self) -> list[Materialised]:
-        """Read the lane's current state (call once before the first model call)."""
+        """Read the lane's current state (call once before the first model call).
+
+        With system-message delivery there is nothing to read ahead: returns ``[]``.
+        """
+        if self.delivery == "system-message":
+            return []
         items = await self.subscription.bootstrap()
         self._offer(items)
         return items
@@ -93,25 +133,62 @@ class AgentWorkingMemory:
             self.window.offer(item.signal, item.value)
 
     async def poll(self, block_ms: int | None = None) -> list[Materialised]:
-        """Take in the lane's new signals (non-blocking unless ``block_ms``)."""
+        """Take in the lane's new signals (non-blocking unless ``block_ms``).
+
+        With system-message delivery no signal is read: returns ``[]``.
+        """
+        if self.delivery == "system-message":
+            return []
         items = await self.subscription.poll(block_ms)
         self._offer(items)
         return items
 
-    async def before_model_call(self, held_ids: Iterable[str]) -> StepResult:
-        """New signals, window check, the messages to add (and drop), logged."""
+    async def before_model_call(self, held_ids: Iterable[str]) -> ModelCallResult:
+        """What to put into the window before the next model call, logged.
+
+        State signals: new signals, window check, the messages to add (and drop).
+        System message: the whole working memory as ``system`` (``held_ids`` unused).
+        """
+        if self.delivery == "system-message":
+            return await self._system_call()
         await self.poll()
         result = self.window.step(set(held_ids))
         if self.log is not None and self.thread_id is not None and result.add:
             await self.log.record(self.thread_id, self.lane, result)
-        return result
+        return ModelCallResult(result.step, result.add, result.drop, result.rebuildable)
 
-    async def system_message(self) -> dict[str, str]:
-        """The system-message delivery: the whole working memory with its instructions."""
+    async def _system_call(self) -> ModelCallResult:
+        self._steps += 1
         doc = await self.store.get(self.resource_id, self.thread_id)
+        if doc is not None:
+            await self._log_system(doc)
+        return ModelCallResult(self._steps, system=self._render_system(doc))
+
+    async def _log_system(self, doc: Document) -> None:
+        """Log the document a system message carries when its text differs from the last logged."""
+        if self.log is None or self.thread_id is None:
+            return
+        text = js_trim(doc.data)
+        key = cache_key(doc.format, text)
+        if key == self._logged_key:
+            return
+        reason: Literal["bootstrap", "new"] = "bootstrap" if self._logged_key is None else "new"
+        record = Injection(f"wm:{self.lane}:system:{self._steps}", self._steps, doc.version, "snapshot", reason,
+                           key, text, Attributes(format=doc.format, scope=self.config.scope), text)
+        await self.log.record(self.thread_id, self.lane, StepResult(self._steps, (record,)))
+        self._logged_key = key
+
+    def _render_system(self, doc: Document | None) -> dict[str, str]:
         return working_memory_system_message(self.config, doc.data if doc else None,
                                              read_only=self.read_only,
                                              template_provider=self.template_provider)
+
+    async def system_message(self) -> dict[str, str]:
+        """The system message with the whole working memory and its instructions, now.
+
+        Available in either delivery (the token benchmark's baseline); not logged.
+        """
+        return self._render_system(await self.store.get(self.resource_id, self.thread_id))
 
     def tools(self) -> list[dict[str, Any]]:
         """The tool definitions to offer the model (none when read-only)."""

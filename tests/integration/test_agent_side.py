@@ -122,3 +122,56 @@ async def test_subscribe_command_prints_json_lines(redis_server: RedisServer, re
     assert [(x["version"], x["mode"]) for x in lines] == [(1, "snapshot"), (2, "delta"), (3, "delta")]
     assert lines[-1]["value"] == _doc(2) and lines[-1]["cacheKey"].startswith("sha256:")
 
+
+
+class _ScriptedModel:
+    """Stands in for an LLM: reports what working memory its messages carried."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[dict[str, str]]] = []
+
+    def reply(self, messages: list[dict[str, str]]) -> str:
+        self.calls.append(list(messages))
+        return f"reply {len(self.calls)}"
+
+
+async def test_system_message_delivery(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """``delivery="system-message"``: each call carries the whole memory as one system message, no signals.
+
+    A worker runs, so the lane has state signals; the agent still gets none of them. The
+    delivery log holds the document each time the text it carried changed.
+    """
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.create_thread("t1", "u")
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", delivery="system-message")
+    assert await agent.start() == []
+    model = _ScriptedModel()
+    history: list[dict[str, str]] = []
+    system: dict[str, str] | None = None
+    async with running_workers(redis_server.url, keys, 1):
+        for step, n in enumerate((1, 1, 2), start=1):
+            await store.replace("u", _doc(n))
+            await wait_caught_up(redis, keys)
+            result = await agent.before_model_call([])
+            assert result.step == step and result.add == () and result.drop == ()
+            assert result.system is not None
+            system = result.system
+            history.append({"role": "user", "content": f"message {step}"})
+            history.append({"role": "assistant", "content": model.reply([system, *history])})
+    assert await Subscription(redis, keys, "r:u").bootstrap(), "the lane has state signals"
+    for call, n in zip(model.calls, (1, 1, 2), strict=True):
+        head, *rest = call
+        assert head["role"] == "system" and _doc(n) in head["content"]
+        assert "setWorkingMemory" in head["content"] and "<working_memory_template>" in head["content"]
+        assert not any(m["content"].startswith("<working-memory") for m in rest)
+    records = await DeliveryLog(redis, keys).read("t1")
+    assert [(r.step, r.version, r.mode, r.reason) for r in records] == [
+        (1, 1, "snapshot", "bootstrap"), (3, 3, "snapshot", "new")]
+    view = await DeliveryLog(redis, keys).view_at("t1", 2)
+    assert view is not None and view.text == _doc(1)
+
+    reader = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", read_only=True,
+                                delivery="system-message", log_deliveries=False)
+    result = await reader.before_model_call([])
+    assert result.system is not None and _doc(2) in result.system["content"]
+    assert "setWorkingMemory" not in result.system["content"] and result.add == ()
