@@ -1,66 +1,37 @@
-"""The lane commit protocol: read each lane's truth, compute its signal, commit atomically.
+"""The lane commit protocol: place each event on its lane's chain, compute the signals,
+commit atomically.
 
-A write event only says *that* a lane changed. What a model is shown comes from the
-lane's document hash (text, format, version) and, for a thread lane, its owner record:
-keys only writers can change. So one batch is, per lane: read the document (and the
-tracking on a cache miss) in one pipeline; check every event against the document
-(version a non-negative integer within 2**53 and not beyond the document's, the same
-format and owner), dead-lettering the ones that do not fit; emit at most one signal, for
-the document as it is now (events of versions in between are acknowledged without a
-signal of their own: the model needs the current state, not every step); then one commit
-script per partition (signal XADD + tracking + XACK, atomic per lane).
-
-Nothing read from Redis is trusted, and a fault stays with its lane:
-
-* a corrupt tracking hash (``v abc``, a write version beyond the document's, a key of
-  another type) is repaired: the lane continues after the last version its stream shows,
-  with a snapshot;
-* a signal stream that is missing, of another type, or does not end at the signal the
-  tracking names (deleted, trimmed, appended to by someone else) gets a snapshot (the
-  commit script checks, the lane is recomputed);
-* a corrupt document hash dead-letters the lane's events with the reason;
-* a commit script that fails for any other per-lane reason is retried lane by lane, so
-  one lane cannot hold up its partition; the failing lane's events are retried and then
-  dead-lettered. Whole-server conditions (unreachable, out of memory, loading, read-only)
-  propagate to the supervisor, which backs off and retries.
+:func:`plan_lane` checks a lane's events against its document and its chain of genuine
+writes (:func:`event_chain`): an event on the chain is signalled with its own text; one
+that contradicts the chain or the document (beyond its version, another format or owner,
+a second event for a version, off a whole chain) is dead-lettered; one that cannot be
+placed is acknowledged and the document's current version signalled instead (a
+catch-up); a lane under repair gets one snapshot. :func:`run_commits` then runs one commit
+script per partition (signal XADD + tracking + XACK, atomic per lane), which checks key
+types, compare-and-sets on the tracking and checks the signal stream still ends at the
+tracked signal; a lane that fails a check comes back with a status and is recomputed.
+Whole-server errors (unreachable, out of memory, loading, read-only) propagate to the
+supervisor, which backs off and retries.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Set
+from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import msgspec
-import structlog
-from redis.asyncio.cluster import RedisCluster
 
-from signals._util import Client, lua, queue_script
+from signals._util import Client, queue_script
 from signals.codec import encode_json
-from signals.errors import CorruptDataError
 from signals.keys import GROUP, Keys
-from signals.lane import (
-    DOCUMENT_FIELDS,
-    MAX_VERSION,
-    TRACKING_FIELDS,
-    LaneDocument,
-    LaneOptions,
-    LaneTracking,
-    advance,
-)
+from signals.lane import LaneDocument, LaneOptions, LaneTracking, advance
 from signals.models import WriteEvent
 from signals.signing import Signer
-from workers.cache import TrackingCache
-from workers.faults import is_whole_server
+from workers.faults import raise_whole_server
+from workers.lane_state import LaneState, Pending
 
-__all__ = ("BatchStats", "LaneCommit", "LaneState", "Pending", "read_lanes", "run_commits", "walk_chains")
-
-log = structlog.get_logger(__name__)
-
-#: How far past its own tracking a re-snapshot numbers to clear a tail it did not write.
-_MAX_JUMP = 1_000
-
+__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "run_commits")
 
 @dataclass(slots=True)
 class BatchStats:
@@ -79,37 +50,6 @@ class BatchStats:
         """Accumulate another batch's counters."""
         for name in self.__slots__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
-
-
-@dataclass(slots=True)
-class Pending:
-    """One write event read from a partition stream, decoded and checked on its own.
-
-    ``prev`` is the id of the lane's previous write event as the write script recorded it
-    (field ``p``; ``None`` for events written before chains existed).
-    """
-
-    partition: int
-    entry_id: str
-    event: WriteEvent
-    prev: str | None = None
-
-
-@dataclass(slots=True)
-class LaneState:
-    """What one lane looks like in Redis right now, as far as the worker can trust it.
-
-    ``fault`` names what is wrong with the document (its events are dead-lettered);
-    ``repair`` names what is wrong with the worker's own keys (the lane is re-snapshotted).
-    """
-
-    doc: LaneDocument | None = None
-    tracking: LaneTracking | None = None
-    expected: str = ""
-    fault: str | None = None
-    repair: str | None = None
-    reset: bool = False
-    resnap: bool = False
 
 
 @dataclass(slots=True)
@@ -141,161 +81,6 @@ class LaneCommit:
             "snapshot": self.snapshots,
             "acks": self.acks,
         }
-
-
-def _raise_whole_server(replies: Iterable[object]) -> None:
-    for reply in replies:
-        if isinstance(reply, Exception) and is_whole_server(reply):
-            raise reply
-
-
-async def read_lanes(
-    redis: Client, keys: Keys, cache: TrackingCache, lanes: dict[str, int], force: dict[str, str]
-) -> dict[str, LaneState]:
-    """Each lane's document version, event id and format (one ``HMGET`` of the partition's
-    document index per partition) and tracking (cache, else Redis), in one pipeline.
-
-    ``lanes`` maps lane -> partition. ``force`` maps a lane to the commit status that
-    sent it back (``resnap``, ``type`` or ``reset``): its tracking is read afresh and repaired. A
-    lane missing from the index, or whose entry does not parse, has its document hash
-    read (:func:`load_documents`); so does any lane :func:`plan_lane` needs the text of.
-    """
-    states = {lane: LaneState() for lane in lanes}
-    by_partition: dict[int, list[str]] = defaultdict(list)
-    for lane, partition in lanes.items():
-        by_partition[partition].append(lane)
-    misses: list[str] = []
-    for lane in lanes:
-        cached = None if lane in force else cache.get(lane)
-        if cached is None:
-            misses.append(lane)
-        else:
-            states[lane].tracking = cached
-            states[lane].expected = str(cached.write_version) if cached.write_version else ""
-    async with redis.pipeline(transaction=False) as pipe:
-        for partition, group in by_partition.items():
-            pipe.hmget(keys.documents(partition), group)
-        for lane in misses:
-            pipe.hmget(keys.track(lane), list(TRACKING_FIELDS))
-        replies = list(await pipe.execute(raise_on_error=False))
-    _raise_whole_server(replies)
-    unindexed = _from_index(keys, by_partition, replies, states)
-    await load_documents(redis, keys, states, unindexed)
-    for lane, reply in zip(misses, replies[len(by_partition):], strict=True):
-        _parse_tracking(keys, lane, reply, states[lane])
-    _apply_force(states, force)
-    await _base_values(redis, keys, cache, states)
-    return states
-
-
-def _from_index(
-    keys: Keys, by_partition: dict[int, list[str]], replies: list[object], states: dict[str, LaneState]
-) -> list[str]:
-    """Fill in documents from the index replies; returns the lanes it does not list."""
-    unindexed: list[str] = []
-    for (partition, group), reply in zip(by_partition.items(), replies, strict=False):
-        entries = reply if isinstance(reply, list) else [None] * len(group)
-        for lane, raw in zip(group, entries, strict=True):
-            try:
-                states[lane].doc = LaneDocument.from_index(lane, raw, f"{keys.documents(partition)} field {lane}")
-            except CorruptDataError:
-                states[lane].doc = None  # the document hash itself decides
-            if states[lane].doc is None:
-                unindexed.append(lane)
-    return unindexed
-
-
-async def load_documents(redis: Client, keys: Keys, states: dict[str, LaneState], lanes: list[str]) -> None:
-    """Read the document hashes (text included) and thread owners of ``lanes``: the
-    slow path, for lanes whose text a signal needs or that the index does not list."""
-    if not lanes:
-        return
-    async with redis.pipeline(transaction=False) as pipe:
-        for lane in lanes:
-            pipe.hmget(keys.doc(lane), list(DOCUMENT_FIELDS))
-            pipe.hget(keys.thread(lane[2:]), "resource") if lane.startswith("t:") else pipe.ping()
-        replies = list(await pipe.execute(raise_on_error=False))
-    _raise_whole_server(replies)
-    for n, lane in enumerate(lanes):
-        owner = replies[2 * n + 1] if lane.startswith("t:") else None
-        states[lane].doc, states[lane].fault = _parse_document(keys, lane, replies[2 * n], owner)
-
-
-def _apply_force(states: dict[str, LaneState], force: dict[str, str]) -> None:
-    """Mark the lanes the last commit sent back: re-snapshot, or repair mistyped keys."""
-    for lane, status in force.items():
-        if status == "resnap":
-            states[lane].resnap = True
-        elif status == "type" and states[lane].repair is None:
-            states[lane].repair = "a lane key had another type"
-        elif status == "reset":
-            states[lane].repair = "the signal stream takes no new entry (a foreign entry holds the last id)"
-            states[lane].reset = True
-
-
-def _parse_document(keys: Keys, lane: str, reply: object, owner: object) -> tuple[LaneDocument | None, str | None]:
-    """A lane's document from its ``HMGET`` (and owner ``HGET``) reply, or the fault."""
-    where = keys.doc(lane)
-    if isinstance(reply, Exception):
-        return None, f"corrupt document: {where}: {reply}"
-    if isinstance(owner, Exception):
-        return None, f"corrupt thread record: {keys.thread(lane[2:])}: {owner}"
-    try:
-        return LaneDocument.parse(lane, cast(list[str | None], reply), cast(str | None, owner), where), None
-    except CorruptDataError as e:
-        return None, f"corrupt document: {e}"
-
-
-def _parse_tracking(keys: Keys, lane: str, reply: object, state: LaneState) -> None:
-    """Parse a tracking hash read from Redis; a corrupt one marks the lane for repair."""
-    where = keys.track(lane)
-    if isinstance(reply, Exception):
-        state.expected = "!type"
-        state.repair = f"{where}: {reply}"
-        return
-    fields = cast(list[str | None], reply)
-    raw_wv = fields[TRACKING_FIELDS.index("wv")] or ""
-    # the CAS compares what was read; bytes that are not UTF-8 cannot travel in JSON: the
-    # repair then replaces the tracking without comparing it
-    state.expected = raw_wv if raw_wv.isprintable() and raw_wv.isascii() else "!junk"
-    try:
-        tracking = LaneTracking.parse(fields, where)
-    except CorruptDataError as e:
-        state.repair = str(e)
-        return
-    if state.doc is not None and tracking.write_version > state.doc.version:
-        state.repair = (f"{where} has processed write version {tracking.write_version}, "
-                        f"beyond its document's version {state.doc.version}")
-        return
-    state.tracking = tracking
-
-
-async def _base_values(redis: Client, keys: Keys, cache: TrackingCache, states: dict[str, LaneState]) -> None:
-    """Fill in the delta base of freshly read trackings; recover the version of repaired lanes."""
-    needed = {lane: s.tracking for lane, s in states.items()
-              if s.tracking is not None and s.tracking.value is None and s.doc is not None and not s.repair}
-    if needed:
-        values = await cache.values_for({lane: (t.version, t.tail) for lane, t in needed.items()})
-        for lane, tracking in needed.items():
-            states[lane].tracking = msgspec.structs.replace(tracking, value=values.get(lane))
-    for lane, state in states.items():
-        if state.resnap and state.repair is None and state.tracking is not None:
-            # the stream does not end where the tracking says: number the snapshot past
-            # anything in its tail, so no subscriber takes it for a version it already saw
-            # (within _MAX_JUMP: a forged version near 2**53 must not push the lane out of range)
-            tail_version = await cache.last_version(lane) or 0
-            if state.tracking.version < tail_version <= state.tracking.version + _MAX_JUMP:
-                state.tracking = msgspec.structs.replace(state.tracking, version=tail_version)
-        if state.repair is None or state.doc is None:
-            continue
-        known = state.tracking.version if state.tracking is not None else 0
-        last = await cache.last_version(lane)
-        state.reset = state.reset or last is None
-        version = max(known, last or 0)
-        if version > MAX_VERSION - _MAX_JUMP:  # a forged version at the end of the range: start again
-            version, state.reset = 0, True
-        state.tracking = LaneTracking(version=version, value=None)
-        log.warning("worker.lane_repair", lane=lane, reason=state.repair, continue_after=version)
 
 
 def plan_lane(
@@ -409,42 +194,6 @@ def event_chain(
     return back, cursor == anchor  # the walk came down to the last processed event: nothing is missing
 
 
-async def walk_chains(
-    redis: Client, keys: Keys, script: Any, states: dict[str, LaneState], *, by_lane: dict[str, list[Pending]],
-    known: dict[str, set[str]], limit: int = 256,
-) -> None:
-    """Walk back from the documents' events that are past the batch (one read-only script
-    per partition) and add the genuine ids found to ``known[lane]``.
-
-    A walk stops at the batch's events, the last processed event or an id already known.
-    Lanes more than ``limit`` writes ahead are left as they are: their events cannot be
-    placed, and the worker catches up to the document instead (one signal for the backlog).
-    """
-    todo: dict[int, list[tuple[str, list[str]]]] = defaultdict(list)
-    for lane, entries in by_lane.items():
-        state, ids, seen = states[lane], {e.entry_id for e in entries}, known.get(lane, set())
-        doc, tracking = state.doc, state.tracking or LaneTracking()
-        if doc is None or not doc.eid or doc.eid in ids or doc.eid in seen or doc.eid == tracking.write_event:
-            continue
-        if any(e.event.version > tracking.write_version for e in entries):
-            stops = [*ids, *seen, *([tracking.write_event] if tracking.write_event else [])]
-            todo[entries[0].partition].append((lane, stops))
-    if not todo:
-        return
-    async with redis.pipeline(transaction=False) as pipe:
-        for partition, lanes in todo.items():
-            items = [{"start": cast(LaneDocument, states[lane].doc).eid, "stops": stops} for lane, stops in lanes]
-            await queue_script(pipe, script, [keys.writes(partition)], [limit, encode_json(items)])
-        replies = list(await pipe.execute(raise_on_error=False))
-    _raise_whole_server(replies)
-    for (_, lanes), reply in zip(todo.items(), replies, strict=True):
-        if not isinstance(reply, list):
-            continue
-        for (lane, _), path in zip(lanes, reply, strict=True):
-            if path and path[0]:  # reached the batch or a known id: the whole path is genuine
-                known.setdefault(lane, set()).update(str(i) for i in path)
-
-
 def _off_chain(entry: Pending, doc: LaneDocument, complete: bool, genuine_versions: set[int]) -> str | None:
     """Why an event that is not on the lane's chain is a forgery, or ``None`` when it
     cannot be told (it is then acknowledged without a signal of its own)."""
@@ -487,15 +236,7 @@ async def run_commits(
             pipe.xreadgroup(GROUP, consumer, dict.fromkeys(streams, ">"), count=count)
         results = list(await pipe.execute(raise_on_error=False))
     ahead: object = results.pop() if read_ahead is not None else None
-    _raise_whole_server(results)
+    raise_whole_server(results)
     return cast(list[list[list[str]] | Exception], results), ahead
 
 
-def commit_script(redis: Client) -> Any:
-    """The registered commit script."""
-    return redis.register_script(lua("commit"))
-
-
-def in_cluster(redis: Client) -> bool:
-    """Whether the client talks to a Redis Cluster."""
-    return isinstance(redis, RedisCluster)

@@ -37,18 +37,9 @@ from signals.lane import MAX_VERSION, LaneOptions, is_stream_id
 from signals.models import DeadLetter, WriteEvent
 from signals.signing import Signer
 from workers.cache import TrackingCache
-from workers.commit import (
-    BatchStats,
-    LaneCommit,
-    LaneState,
-    Pending,
-    load_documents,
-    plan_lane,
-    read_lanes,
-    run_commits,
-    walk_chains,
-)
+from workers.commit import BatchStats, LaneCommit, plan_lane, run_commits
 from workers.faults import is_whole_server
+from workers.lane_state import LaneState, Pending, load_documents, read_lanes, walk_chains
 
 __all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")
 

@@ -9,9 +9,11 @@ answers with is about the keys it touched.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from redis import exceptions as redis_exc
 
-__all__ = ("WHOLE_SERVER", "is_whole_server")
+__all__ = ("WHOLE_SERVER", "is_whole_server", "raise_whole_server")
 
 #: Exception classes of whole-server conditions (redis-py maps ``LOADING`` to a
 #: ConnectionError subclass, ``OOM`` and ``READONLY`` to ResponseError subclasses).
@@ -32,3 +34,11 @@ def is_whole_server(error: BaseException) -> bool:
     if isinstance(error, WHOLE_SERVER):
         return True
     return isinstance(error, redis_exc.ResponseError) and str(error).lstrip("-").startswith(_PREFIXES)
+
+
+def raise_whole_server(replies: Iterable[object]) -> None:
+    """Raise the first whole-server error among a pipeline's replies (read with
+    ``raise_on_error=False``); errors about single keys are left to the caller."""
+    for reply in replies:
+        if isinstance(reply, Exception) and is_whole_server(reply):
+            raise reply

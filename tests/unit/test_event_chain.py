@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from signals.lane import LaneDocument, LaneOptions, LaneTracking
 from signals.models import WriteEvent
-from workers.commit import LaneState, Pending, event_chain, plan_lane
+from workers.commit import event_chain, plan_lane
+from workers.lane_state import LaneState, Pending
 
 LANE = "r:u"
 
