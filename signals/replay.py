@@ -102,6 +102,16 @@ def _wrong_type(e: redis_exc.ResponseError) -> bool:
     return str(e).startswith("WRONGTYPE")
 
 
+async def _stream_command(redis: Client, key: str, args: list[str | int]) -> Any:
+    """Run a stream read on ``key`` undecoded; a key of another type is corrupt data."""
+    try:
+        return await redis.execute_command(*args, **_NEVER_DECODE)
+    except redis_exc.ResponseError as e:
+        if _wrong_type(e):
+            raise CorruptDataError(f"{key} is not a stream") from e
+        raise
+
+
 async def xrange_entries(
     redis: Client, key: str, *, start: str = "-", end: str = "+", count: int | None = None
 ) -> list[RawEntry]:
@@ -113,12 +123,7 @@ async def xrange_entries(
     args: list[str | int] = ["XRANGE", key, start, end]
     if count is not None:
         args += ["COUNT", count]
-    try:
-        reply = await redis.execute_command(*args, **_NEVER_DECODE)
-    except redis_exc.ResponseError as e:
-        if _wrong_type(e):
-            raise CorruptDataError(f"{key} is not a stream") from e
-        raise
+    reply = await _stream_command(redis, key, args)
     return [_raw_entry(entry) for entry in reply or []]
 
 
@@ -134,12 +139,7 @@ async def xread_entries(
     if block is not None:
         args += ["BLOCK", block]
     args += ["STREAMS", key, last_id]
-    try:
-        reply = await redis.execute_command(*args, **_NEVER_DECODE)
-    except redis_exc.ResponseError as e:
-        if _wrong_type(e):
-            raise CorruptDataError(f"{key} is not a stream") from e
-        raise
+    reply = await _stream_command(redis, key, args)
     return [_raw_entry(entry) for _, entries in reply or [] for entry in entries]
 
 

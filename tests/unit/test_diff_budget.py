@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.bench_worst_write import SHAPES
 from signals.cachekey import js_trim
 from signals.diff import diff_hunks, render_hunks, unified_patch
 from signals.memory import DEFAULT_MAX_BYTES
@@ -61,35 +62,7 @@ def _cap(lines: int, budget: int = DEFAULT_MAX_DIFF_EDITS) -> int:
     return 40 * (budget + 1) * (budget + 2) // 2 + 20 * lines
 
 
-def _shuffled() -> tuple[str, str]:
-    """12,500 distinct lines (62,499 bytes), then the same lines shuffled (issue 10, finding 7)."""
-    lines = [f"{i:04x}" for i in range(LINES)]
-    moved = lines[:]
-    random.Random(7).shuffle(moved)
-    return "\n".join(lines), "\n".join(moved)
-
-
-def _reversed() -> tuple[str, str]:
-    lines = [f"{i:04x}" for i in range(LINES)]
-    return "\n".join(lines), "\n".join(reversed(lines))
-
-
-def _mostly_blank() -> tuple[str, str]:
-    """58,000 lines, 98% blank, shuffled: every diagonal follows common runs of blanks."""
-    rng = random.Random(7)
-    lines = ["# Notes"] + ["" if rng.random() < 0.98 else "- a" for _ in range(57_998)] + ["- end"]
-    moved = lines[1:-1]
-    rng.shuffle(moved)
-    return "\n".join(lines), "\n".join([lines[0], *moved, lines[-1]])
-
-
-def _two_lines_repeated() -> tuple[str, str]:
-    """12,500 lines, each one of two, shuffled: short common runs everywhere."""
-    rng = random.Random(7)
-    lines = [rng.choice(["- a", "- b"]) for _ in range(LINES)]
-    moved = lines[:]
-    rng.shuffle(moved)
-    return "\n".join(lines), "\n".join(moved)
+_shuffled = SHAPES["12,500 distinct lines, shuffled"]  # issue 10, finding 7 (62,499 bytes)
 
 
 def _args(prior: str, data: str, policy: Policy) -> dict[str, Any]:
@@ -98,8 +71,7 @@ def _args(prior: str, data: str, policy: Policy) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("shape", [_shuffled, _reversed, _mostly_blank, _two_lines_repeated],
-                         ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
 def test_pathological_rewrite_is_a_snapshot_after_bounded_work(
     shape: Callable[[], tuple[str, str]], policy: Policy
 ) -> None:
