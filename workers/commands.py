@@ -13,13 +13,14 @@ import argparse
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 
 from signals.codec import decode_json
 from signals.errors import InvalidInputError
 from signals.memory import WorkingMemoryConfig
+from signals.models import Scope
 from signals.store import WorkingMemoryStore
 from workers.consumer import default_consumer_name
 from workers.logging import configure_logging
@@ -92,16 +93,26 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
                              "(default: $WM_SIGNALS_SIGNING_KEY_FILE or $WM_SIGNALS_SIGNING_KEY)")
 
 
-def add_lane_args(parser: argparse.ArgumentParser, *, resource_required: bool = True) -> None:
-    parser.add_argument("--resource", required=resource_required, help="resource (user) id")
+def add_lane_args(parser: argparse.ArgumentParser) -> None:
+    """``--resource``, ``--thread`` and ``--scope``: at least one id (see :func:`lane_scope`)."""
+    parser.add_argument("--resource", help="resource (user) id; may be left out with --thread")
     parser.add_argument("--thread", help="thread (conversation) id")
     parser.add_argument("--scope", choices=("resource", "thread"),
                         help="which document: resource (default) or thread (default when only --thread)")
 
 
-def lane_scope(args: argparse.Namespace) -> str:
-    """The scope a command addresses: ``--scope``, else ``resource`` (Mastra's default)."""
-    return str(args.scope or "resource")
+def lane_scope(args: argparse.Namespace) -> Scope:
+    """The scope a command addresses: ``--scope``; else ``thread`` when only ``--thread``
+    is given; else ``resource`` (Mastra's default).
+
+    Raises:
+        InvalidInputError: neither ``--resource`` nor ``--thread`` was given.
+    """
+    if args.resource is None and args.thread is None:
+        raise InvalidInputError(f"{args.command} needs --resource, --thread or both")
+    if args.scope is not None:
+        return cast(Scope, args.scope)
+    return "thread" if args.resource is None else "resource"
 
 
 def _load_schema(path: str | None) -> dict[str, Any]:
@@ -138,8 +149,7 @@ def _cmd_write(args: argparse.Namespace) -> int:
         raise InvalidInputError("give exactly one of --markdown, --markdown-file, --merge")
     scope = lane_scope(args)
     is_merge = args.merge is not None
-    config = WorkingMemoryConfig(scope=scope,  # type: ignore[arg-type]
-                                 schema=_load_schema(args.schema) if is_merge else None)
+    config = WorkingMemoryConfig(scope=scope, schema=_load_schema(args.schema) if is_merge else None)
     text = args.markdown
     if args.markdown_file is not None:
         text = read_text(args.markdown_file, "--markdown-file")
@@ -147,6 +157,8 @@ def _cmd_write(args: argparse.Namespace) -> int:
     async def main() -> int:
         async with open_client(settings) as redis:
             store = WorkingMemoryStore(redis, keys=settings.keys(), config=config)
+            if args.resource is None and await store.thread_owner(args.thread) is None:
+                raise InvalidInputError(f"thread {args.thread!r} does not exist: give --resource to create it")
             if is_merge:
                 version = await store.merge(args.resource, args.merge, thread_id=args.thread,
                                             if_version=args.if_version,
@@ -167,7 +179,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
     async def main() -> int:
         async with open_client(settings) as redis:
             store = WorkingMemoryStore(redis, keys=settings.keys(), read_only=True,
-                                       config=WorkingMemoryConfig(scope=lane_scope(args)))  # type: ignore[arg-type]
+                                       config=WorkingMemoryConfig(scope=lane_scope(args)))
             doc = await store.get(args.resource, args.thread)
         if doc is None:
             print("wm-signals: no working memory stored for that lane", file=sys.stderr)
@@ -209,7 +221,7 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
 
         async with open_client(settings) as redis:
             key = settings.signing_key_bytes()
-            sub = Subscription(redis, settings.keys(), lane_id(scope, args.resource, args.thread),  # type: ignore[arg-type]
+            sub = Subscription(redis, settings.keys(), lane_id(scope, args.resource, args.thread),
                                block_ms=1000, signer=Signer(key) if key else None)
             seen = 0
             for item in await sub.bootstrap(from_start=args.from_start):

@@ -193,7 +193,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         truth: DocumentState | None = None
         async with open_client(settings) as redis:
             if args.verify and not args.deliveries:
-                lane = lane_id(lane_scope(args), args.resource, args.thread)  # type: ignore[arg-type]
+                lane = lane_id(lane_scope(args), args.resource, args.thread)
                 try:
                     signals, truth = await read_verifiable(redis, settings.keys(), lane, signer=signer)
                 except VerifyError as e:
@@ -217,7 +217,7 @@ async def _load(redis: Any, keys: Keys, args: argparse.Namespace,
             raise InvalidInputError("--deliveries needs --thread")
     signals: list[tuple[str, Signal]] = []
     if not getattr(args, "deliveries", False):
-        lane = lane_id(lane_scope(args), args.resource, args.thread)  # type: ignore[arg-type]
+        lane = lane_id(lane_scope(args), args.resource, args.thread)
         signals = [item async for item in iter_signals(redis, keys, lane, signer=signer)]
     return signals, deliveries
 
@@ -310,7 +310,7 @@ def register(sub: Any) -> None:
     """Add replay, export, inspect and dlq to the CLI."""
     replay = sub.add_parser("replay", help="a lane's signals in order, rebuilt and (optionally) verified")
     add_common_args(replay)
-    add_lane_args(replay, resource_required=False)
+    add_lane_args(replay)
     replay.add_argument("--file", help="replay an export file (no Redis)")
     replay.add_argument("--at", type=int, metavar="VERSION", help="print the working memory as of VERSION")
     replay.add_argument("--verify", action="store_true",
@@ -324,7 +324,7 @@ def register(sub: Any) -> None:
 
     export = sub.add_parser("export", help="write a lane's signals (and a thread's deliveries) to a JSON lines file")
     add_common_args(export)
-    add_lane_args(export, resource_required=False)
+    add_lane_args(export)
     export.add_argument("--output", "-o", required=True, help="output file")
     export.set_defaults(handler=_cmd_export, deliveries=False)
 
