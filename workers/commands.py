@@ -144,15 +144,16 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 def _cmd_write(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    sources = [x for x in (args.markdown, args.markdown_file, args.merge) if x is not None]
+    sources = [x for x in (args.markdown, args.merge, args.file, args.markdown_file) if x is not None]
     if len(sources) != 1:
-        raise InvalidInputError("give exactly one of --markdown, --markdown-file, --merge")
+        raise InvalidInputError("give exactly one of --markdown, --merge, --file")
+    if args.json and args.file is None:
+        raise InvalidInputError("--json says what --file holds (inline JSON goes in --merge)")
+    is_merge = args.merge is not None or (args.file is not None and (args.json or args.schema is not None))
     scope = lane_scope(args)
-    is_merge = args.merge is not None
     config = WorkingMemoryConfig(scope=scope, schema=_load_schema(args.schema) if is_merge else None)
-    text = args.markdown
-    if args.markdown_file is not None:
-        text = read_text(args.markdown_file, "--markdown-file")
+    path, flag = (args.file, "--file") if args.file is not None else (args.markdown_file, "--markdown-file")
+    text: str = read_text(path, flag) if path is not None else sources[0]
 
     async def main() -> int:
         async with open_client(settings) as redis:
@@ -160,7 +161,7 @@ def _cmd_write(args: argparse.Namespace) -> int:
             if args.resource is None and await store.thread_owner(args.thread) is None:
                 raise InvalidInputError(f"thread {args.thread!r} does not exist: give --resource to create it")
             if is_merge:
-                version = await store.merge(args.resource, args.merge, thread_id=args.thread,
+                version = await store.merge(args.resource, text, thread_id=args.thread,
                                             if_version=args.if_version,
                                             idempotency_key=args.idempotency_key)
             else:
@@ -269,8 +270,13 @@ def register(sub: Any) -> None:
     add_common_args(write)
     add_lane_args(write)
     write.add_argument("--markdown", help="the whole Markdown document (template mode)")
-    write.add_argument("--markdown-file", help="read the Markdown document from a file")
     write.add_argument("--merge", help="a JSON object to deep-merge (schema mode; null deletes)")
+    write.add_argument("--file", metavar="PATH",
+                       help="read the document from a UTF-8 file ('-': stdin): the whole Markdown document, "
+                            "or with --json or --schema a JSON object to deep-merge")
+    write.add_argument("--markdown-file", metavar="PATH", help="same as --file, Markdown only (older name)")
+    write.add_argument("--json", action="store_true",
+                       help="--file holds a JSON object to deep-merge (schema mode; implied by --schema)")
     write.add_argument("--schema", help="JSON Schema file to validate merged documents against")
     write.add_argument("--if-version", type=int, help="fail with exit 3 unless the lane is at this version")
     write.add_argument("--idempotency-key", help="a retried write with the same key applies once")
