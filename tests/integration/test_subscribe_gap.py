@@ -10,6 +10,7 @@ trim that cuts a chain (an operator's ``XTRIM MAXLEN``), which leaves deltas at 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -28,12 +29,15 @@ pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 LINES = [f"- fact {i}: long enough to make a delta worth sending" for i in range(10)]
 
 
-@pytest.fixture
-def info_events() -> Iterator[None]:
-    """Let info events through (the session logs warnings only), for ``capture_logs``."""
+@contextmanager
+def _events() -> Iterator[list[dict[str, Any]]]:
+    """The library's log events, info included (the session logs warnings only)."""
     configure_logging("console", "info", force=True)
-    yield
-    configure_logging("console", "warning", force=True)
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        configure_logging("console", "warning", force=True)
 
 
 def _doc(n: int) -> str:
@@ -55,7 +59,7 @@ async def _retained(redis: Redis, keys: Keys) -> list[tuple[int, str]]:
 
 
 async def test_a_chain_cut_under_the_subscriber_rebootstraps_from_the_latest_snapshot(
-    redis_server: RedisServer, redis: Redis, keys: Keys, info_events: None
+    redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
     """The stream is cut mid-chain while the subscriber holds v2: its next poll meets delta v9
     (a gap), re-bootstraps from the latest snapshot (v11) and delivers v11..v13 at once,
@@ -67,7 +71,7 @@ async def test_a_chain_cut_under_the_subscriber_rebootstraps_from_the_latest_sna
     await _write(url, redis, keys, range(3, 14), snapshot_every=5)
     await redis.xtrim(keys.signals("r:u"), maxlen=5, approximate=False)
     assert await _retained(redis, keys) == [(9, "delta"), (10, "delta"), (11, "snapshot"), (12, "delta"), (13, "delta")]
-    with capture_logs() as logs:
+    with _events() as logs:
         items = await sub.poll()
     assert [(m.signal.version, m.signal.mode) for m in items] == [(11, "snapshot"), (12, "delta"), (13, "delta")]
     assert (sub.version, sub.value) == (13, _doc(13))
