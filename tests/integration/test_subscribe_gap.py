@@ -9,7 +9,7 @@ trim that cuts a chain (an operator's ``XTRIM MAXLEN``), which leaves deltas at 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,7 +30,7 @@ LINES = [f"- fact {i}: long enough to make a delta worth sending" for i in range
 
 
 @contextmanager
-def _events() -> Iterator[list[dict[str, Any]]]:
+def _events() -> Iterator[list[MutableMapping[str, Any]]]:
     """The library's log events, info included (the session logs warnings only)."""
     configure_logging("console", "info", force=True)
     try:
