@@ -9,11 +9,13 @@ trim that cuts a chain (an operator's ``XTRIM MAXLEN``), which leaves deltas at 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import structlog
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
@@ -23,7 +25,6 @@ from signals.store import WorkingMemoryStore
 from signals.subscribe import Subscription
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.embedded import RedisServer
-from workers.logging import configure_logging
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 LINES = [f"- fact {i}: long enough to make a delta worth sending" for i in range(10)]
@@ -31,13 +32,18 @@ LINES = [f"- fact {i}: long enough to make a delta worth sending" for i in range
 
 @contextmanager
 def _events() -> Iterator[list[MutableMapping[str, Any]]]:
-    """The library's log events, info included (the session logs warnings only)."""
-    configure_logging("console", "info", force=True)
+    """The library's log events, info included (the session filters below warning).
+
+    Only the level filter changes, and back: the processors stay the session's, so
+    loggers cached earlier keep being captured by other tests.
+    """
+    wrapper = structlog.get_config()["wrapper_class"]
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     try:
         with capture_logs() as logs:
             yield logs
     finally:
-        configure_logging("console", "warning", force=True)
+        structlog.configure(wrapper_class=wrapper)
 
 
 def _doc(n: int) -> str:
