@@ -72,6 +72,7 @@ class LaneCommit:
         check_tail = state.tracking is not None and not state.resnap and not state.repair
         return {
             "expected": state.expected,
+            "expected_v": state.expected_version,
             "tail": state.tracking.tail if check_tail and state.tracking else False,
             "repair": int(state.repair is not None),
             "reset": int(state.reset),

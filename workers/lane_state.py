@@ -66,6 +66,7 @@ class LaneState:
     doc: LaneDocument | None = None
     tracking: LaneTracking | None = None
     expected: str = ""
+    expected_version: str = ""
     fault: str | None = None
     repair: str | None = None
     reset: bool = False
@@ -95,20 +96,39 @@ async def read_lanes(
         else:
             states[lane].tracking = cached
             states[lane].expected = str(cached.write_version) if cached.write_version else ""
+            states[lane].expected_version = str(cached.version)
+    threads = [lane for lane in lanes if lane.startswith("t:")]
     async with redis.pipeline(transaction=False) as pipe:
         for partition, group in by_partition.items():
             pipe.hmget(keys.documents(partition), group)
         for lane in misses:
             pipe.hmget(keys.track(lane), list(TRACKING_FIELDS))
+        for lane in threads:  # the owner is checked against every event of a thread lane
+            pipe.hget(keys.thread(lane[2:]), "resource")
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
     unindexed = _from_index(keys, by_partition, replies, states)
+    tracking_replies = replies[len(by_partition):len(by_partition) + len(misses)]
+    unindexed += _apply_owners(states, threads, replies[len(by_partition) + len(misses):])
     await load_documents(redis, keys, states, unindexed)
-    for lane, reply in zip(misses, replies[len(by_partition):], strict=True):
+    for lane, reply in zip(misses, tracking_replies, strict=True):
         _parse_tracking(keys, lane, reply, states[lane])
     _apply_force(states, force)
     await _base_values(redis, keys, cache, states)
     return states
+
+
+def _apply_owners(states: dict[str, LaneState], threads: list[str], owners: list[object]) -> list[str]:
+    """Give indexed thread lanes their owner; returns those without a readable owner record
+    (their document hash and owner are read on the slow path, which decides)."""
+    slow: list[str] = []
+    for lane, owner in zip(threads, owners, strict=True):
+        doc = states[lane].doc
+        if doc is not None and isinstance(owner, str):
+            states[lane].doc = msgspec.structs.replace(doc, resource_id=owner)
+        elif doc is not None:
+            slow.append(lane)
+    return slow
 
 
 def _from_index(
@@ -177,6 +197,8 @@ def _parse_tracking(keys: Keys, lane: str, reply: object, state: LaneState) -> N
         state.repair = f"{where}: {reply}"
         return
     fields = cast(list[str | None], reply)
+    raw_v = fields[TRACKING_FIELDS.index("v")] or ""
+    state.expected_version = raw_v if raw_v.isprintable() and raw_v.isascii() else "!junk"
     raw_wv = fields[TRACKING_FIELDS.index("wv")] or ""
     # the CAS compares what was read; bytes that are not UTF-8 cannot travel in JSON: the
     # repair then replaces the tracking without comparing it

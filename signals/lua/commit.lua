@@ -8,6 +8,8 @@
 -- ARGV: 1 group, 2 snapshots to keep, 3 JSON array, one object per lane:
 --   expected   the tracking's wv exactly as the worker read it ('' when absent, '!type' when
 --              the tracking key had another type, '!junk' when it was not text: replaced)
+--   expected_v the tracking's v as read: with wv, the compare-and-set (a re-snapshot keeps wv
+--              and moves v, so wv alone would let a commit planned before it through)
 --   tail       the stream id the signal stream must end at ('' = empty or absent), or
 --              false when the lane is being re-snapshotted (no tail check)
 --   repair     1: delete lane keys of the wrong type, and with reset=1 the signal stream and
@@ -63,10 +65,10 @@ for i, lane in ipairs(lanes) do
     if current ~= lane.expected then status = {'conflict'} end
   else
     -- the usual path: a key of another type shows as an error of the command that reads it
-    local wv = redis.pcall('HGET', trk, 'wv')
-    if type(wv) == 'table' and wv.err then
+    local cur = redis.pcall('HMGET', trk, 'wv', 'v')
+    if cur.err then
       status = {'type', trk}
-    elseif (wv or '') ~= lane.expected then
+    elseif (cur[1] or '') ~= lane.expected or (cur[2] or '') ~= lane.expected_v then
       status = {'conflict'}
     elseif has_snapshot(lane.snapshot) and mistyped(snaps, 'list') then
       status = {'type', snaps}

@@ -1,10 +1,8 @@
 """Worker bugs the hostile-input run (``test_hostile_run.py``) found, one minimal test each.
 
-Most were found at f68f98f and fixed while the run was being written (each docstring
-names the fixing commit); they stay as regression tests. The one still open is marked
-``xfail(strict=True)`` with what goes wrong and where: once the worker is fixed the test
-passes, strict xfail turns that into a failure, and the marker must go. All run against
-the session's real redis-server.
+All were found at f68f98f or later and fixed in the same session (each docstring names
+what went wrong); they stay as regression tests, each failing on the commit before its
+fix. All run against the session's real redis-server.
 """
 
 from __future__ import annotations
@@ -192,10 +190,6 @@ async def test_lost_tracking_never_restarts_lane_versions(
     assert versions == sorted(set(versions)), f"lane versions went back: {versions}"
 
 
-@pytest.mark.xfail(strict=True, reason="the commit script's compare-and-set is on wv alone and a re-snapshot skips "
-                                       "the tail check: a re-snapshot that re-signals the lane's processed write "
-                                       "version leaves wv as it was, so another worker's commit computed before it "
-                                       "still passes and reuses its lane version")
 async def test_repair_racing_another_workers_commit_never_repeats_a_lane_version(
     redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -317,9 +311,6 @@ async def test_forged_signal_with_the_largest_version_does_not_push_the_lane_out
     assert (signals[-1].mode, signals[-1].value) == ("snapshot", "# two")
 
 
-@pytest.mark.xfail(strict=True, reason="since 36a75d5 a lane's document comes from the partition's document index, "
-                                       "which holds no thread owner (LaneDocument.from_index sets resource_id None), "
-                                       "so _event_mismatch skips the owner check and the event is acknowledged")
 async def test_event_naming_another_resource_as_a_threads_owner_is_dead_lettered(redis: Redis, keys: Keys) -> None:
     """A write event for a thread lane whose ``resourceId`` is not the thread's owner is
     poison whatever its version (DESIGN: a thread belongs to one resource forever), and
