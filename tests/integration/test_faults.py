@@ -28,15 +28,40 @@ from workers.embedded import RedisServer
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
 
-async def _write_rounds(store: WorkingMemoryStore, lanes: int, rounds: int, tag: str) -> None:
+async def _write_rounds(store: WorkingMemoryStore, lanes: int, rounds: int, tag: str,
+                        reached: tuple[int, anyio.Event] | None = None) -> None:
+    """Write ``rounds`` rounds over ``lanes`` lanes; ``reached`` = (round, event): set the
+    event when that round begins."""
     for r in range(rounds):
+        if reached is not None and r == reached[0]:
+            reached[1].set()
         for i in range(lanes):
             text = f"# Profile {i}\n- round {r}\n- tag {tag}" if r % 5 else f"# Profile {i}\n- tag {tag}"
             await store.replace(f"u{i}", text)
 
 
-async def _pending(redis: Redis, keys: Keys) -> int:
-    return sum([int((await redis.xpending(keys.writes(p), GROUP))["pending"]) for p in range(keys.partitions)])
+async def _pending(redis: Redis, keys: Keys, consumer: str | None = None) -> int:
+    """Entries read but not acknowledged (by ``consumer`` only, when given)."""
+    total = 0
+    for p in range(keys.partitions):
+        summary = await redis.xpending(keys.writes(p), GROUP)
+        if consumer is None:
+            total += int(summary["pending"])
+        else:
+            total += sum(int(c["pending"]) for c in summary["consumers"] or [] if c["name"] == consumer)
+    return total
+
+
+async def _backlog(redis: Redis, keys: Keys) -> int:
+    """Write events the group has not finished: pending, plus (up to 100 per partition) not
+    yet delivered."""
+    total = 0
+    for p in range(keys.partitions):
+        stream = keys.writes(p)
+        [group] = [g for g in await redis.xinfo_groups(stream) if g["name"] == GROUP]
+        total += int(group["pending"])
+        total += len(await redis.xrange(stream, min="(" + group["last-delivered-id"], count=100))
+    return total
 
 
 async def _signalled_write_versions(redis: Redis, keys: Keys) -> dict[str, list[int]]:
@@ -48,16 +73,29 @@ async def _signalled_write_versions(redis: Redis, keys: Keys) -> dict[str, list[
 
 
 async def _kill_mid_stream(server: RedisServer, redis: Redis, keys: Keys, name: str, *, lanes: int, rounds: int,
-                           after_s: float) -> None:
-    """Write rounds while a worker process runs; SIGKILL it ``after_s`` into the stream."""
+                           kill_at: int) -> int:
+    """Write rounds while a worker process runs; from round ``kill_at`` on, SIGKILL it at a
+    moment it holds entries read but not acknowledged (SIGSTOP, look, SIGCONT until it
+    does, so the kill cannot land between batches or after the last write). Returns how
+    many entries it left pending: the fault the callers recover from."""
     store = WorkingMemoryStore(redis, keys=keys)
     proc = spawn_worker(server.url, keys, name, batch=20)
     await wait_ready(proc)
+    reached = anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_write_rounds, store, lanes, rounds, name)
-        await anyio.sleep(after_s)
+        tg.start_soon(_write_rounds, store, lanes, rounds, name, (kill_at, reached))
+        await reached.wait()
+        with anyio.fail_after(20):
+            while True:
+                proc.send_signal(signal.SIGSTOP)
+                await anyio.sleep(0.05)  # commands it had sent complete; then it is frozen
+                if left := await _pending(redis, keys, name):
+                    break
+                proc.send_signal(signal.SIGCONT)
+                await anyio.sleep(0.005)
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        await anyio.to_thread.run_sync(proc.wait)
+    return left
 
 
 async def _finish_with_worker(server: RedisServer, redis: Redis, keys: Keys, name: str) -> dict[str, list[int]]:
@@ -77,7 +115,7 @@ async def test_sigkilled_worker_restarts_without_gap_or_duplicate(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
     """SIGKILL mid-stream, restart under the same name: every changed write has one signal."""
-    await _kill_mid_stream(redis_server, redis, keys, "solo", lanes=50, rounds=40, after_s=1.0)
+    assert await _kill_mid_stream(redis_server, redis, keys, "solo", lanes=50, rounds=40, kill_at=10) > 0
     versions = await _finish_with_worker(redis_server, redis, keys, "solo")
     # every write changed the document (the round number changes), so one signal each
     assert all(v == list(range(1, 41)) for v in versions.values()), versions
@@ -102,12 +140,17 @@ async def test_sigterm_mid_stream_finishes_what_was_read_and_exits_zero(
         for k in range(4):
             tg.start_soon(writer, k)
         await anyio.sleep(0.6)
+        with anyio.fail_after(10):  # the precondition: the worker is behind when it is told to stop
+            while not (backlog := await _backlog(redis, keys)):
+                await anyio.sleep(0.01)
         proc.send_signal(signal.SIGTERM)
         with anyio.fail_after(20):
             while proc.poll() is None:
                 await anyio.sleep(0.02)
+    assert backlog > 0
     assert proc.returncode == 0
     assert await _pending(redis, keys) == 0, "the stopped worker left entries read but unacknowledged"
+    assert await _backlog(redis, keys) > 0, "the stop came after the last write: nothing was left to the next worker"
     log_text = await anyio.Path(proc.log_path).read_text()  # type: ignore[attr-defined]
     assert "worker.stopping" in log_text
     versions = await _finish_with_worker(redis_server, redis, keys, "graceful")
@@ -118,7 +161,8 @@ async def test_second_worker_takes_over_a_dead_ones_pending(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
     """A worker killed with entries pending: another consumer reclaims them, no duplicates."""
-    await _kill_mid_stream(redis_server, redis, keys, "first", lanes=30, rounds=30, after_s=0.8)
+    left = await _kill_mid_stream(redis_server, redis, keys, "first", lanes=30, rounds=30, kill_at=10)
+    assert await _pending(redis, keys, "first") == left > 0, "no pending entries to take over"
     other = spawn_worker(redis_server.url, keys, "second", batch=10)
     try:
         await wait_ready(other)
