@@ -365,10 +365,11 @@ class Consumer:
         if is_whole_server(error):
             raise error
         attempts = int(await self.redis.hincrby(self.keys.failures(entry.partition), entry.entry_id, 1))
-        log.warning("worker.event_failed", entry_id=entry.entry_id, attempts=attempts, error=repr(error))
+        log.warning("worker.event_failed", entry_id=entry.entry_id, attempts=attempts,
+                    error=f"{type(error).__name__}: {_text(error)}")
         if attempts >= self.options.max_attempts:
             await self._dead_letter(entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)},
-                                    f"failed {attempts} times: {error!r}", attempts)
+                                    f"failed {attempts} times: {type(error).__name__}: {_text(error)}", attempts)
             stats.dead_letters += 1
 
     async def _dead_letter(

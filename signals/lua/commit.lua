@@ -123,7 +123,9 @@ for i, lane in ipairs(lanes) do
       hset[#hset + 1] = value
     end
     redis.call('HSET', trk, unpack(hset))
-    if #lane.acks > 0 then redis.call('XACK', KEYS[1], group, unpack(lane.acks)) end
+    for a = 1, #lane.acks, 1000 do -- unpack takes a few thousand values at most
+      redis.call('XACK', KEYS[1], group, unpack(lane.acks, a, math.min(a + 999, #lane.acks)))
+    end
     status = {'ok', tail}
   end
   out[i] = status

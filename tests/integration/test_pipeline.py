@@ -227,3 +227,22 @@ def test_cli_exit_codes(redis_server: RedisServer, keys: Keys) -> None:
                             timeout=60, check=False, env=env)
     assert no_url.returncode == 2
     assert no_url.stderr.strip().endswith("cluster mode needs a Redis URL (a node of the cluster)")
+
+
+async def test_one_lane_with_more_events_than_lua_can_unpack_in_one_batch(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """9,000 writes of one lane read in one batch: the commit acknowledges them all (Lua's
+    unpack takes about 8,000 values; one XACK of them all failed, and the lane's events
+    were retried and dead-lettered whole)."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    for n in range(9_000):
+        await store.replace("busy", f"# Busy\n- write {n % 3}")
+    async with running_workers(redis_server.url, keys, 1, batch=10_000):
+        with anyio.fail_after(60):
+            while await redis.hget(keys.track("r:busy"), "wv") != "9000":
+                await anyio.sleep(0.05)
+    signals = await check_lane(redis, keys, "r:busy")
+    assert signals[-1].write_version == 9_000
+    assert sum([await redis.xlen(keys.dead_letters(p)) for p in range(keys.partitions)]) == 0
+    assert sum([await redis.hlen(keys.failures(p)) for p in range(keys.partitions)]) == 0, "commits failed"
