@@ -13,7 +13,7 @@ import random
 import statistics
 import time
 
-from signals.diff import unified_patch
+from signals.core.diff import unified_patch
 
 
 def _doc(lines: int, rng: random.Random) -> str:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import anyio
 
-from signals._util import connect
-from signals.codec import FIELD, decode_signal
-from signals.keys import Keys
+from signals.core.codec import FIELD, decode_signal
+from signals.streams.client import connect
+from signals.streams.keys import Keys
 from workers import runtime
 from workers.embedded import RedisServer
 
@@ -39,7 +39,7 @@ async def _writer(url: str, namespace: str, rate: float, seconds: float, tasks: 
     Returns each write's start lag (ms after its scheduled time). Latency is measured from
     the write call, so this lag (the load generator falling behind) is reported beside it
     rather than hidden in it or silently omitted."""
-    from signals.store import WorkingMemoryStore  # noqa: PLC0415
+    from signals.streams.store import WorkingMemoryStore  # noqa: PLC0415
 
     store = WorkingMemoryStore.from_url(url, keys=Keys(namespace, 16))
     start = time.monotonic()

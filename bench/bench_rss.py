@@ -18,10 +18,10 @@ from pathlib import Path
 
 import anyio
 
-from signals._util import connect
-from signals.codec import FIELD, encode_json
-from signals.keys import GROUP, Keys
-from signals.models import WriteEvent
+from signals.core.codec import FIELD, encode_json
+from signals.core.models import WriteEvent
+from signals.streams.client import connect
+from signals.streams.keys import GROUP, Keys
 from workers import runtime
 from workers.embedded import RedisServer
 

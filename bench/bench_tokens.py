@@ -15,9 +15,9 @@ the floor is one bare snapshot per period plus the new text of every changed lin
 
 It also counts cache-friendly turns, a proxy for provider prompt caching: turns whose
 system prompt is byte-identical to the previous turn's (the prefix every provider cache
-starts from). Tokens are approximated as UTF-8 bytes / 4 (``signals.tokens``).
-Pure computation: the worker's numbering (``signals.lane``) and the agent's window
-tracker (``signals.window``) run in-process without Redis.
+starts from). Tokens are approximated as UTF-8 bytes / 4 (``signals.core.tokens``).
+Pure computation: the worker's numbering (``signals.core.lane``) and the agent's window
+tracker (``signals.core.window``) run in-process without Redis.
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from signals.cachekey import js_trim
-from signals.diff import compact_patch
-from signals.lane import LaneOptions, LaneTracking, advance
-from signals.memory import WorkingMemoryConfig, apply_merge
-from signals.merge import merge_patch
-from signals.models import WriteEvent
-from signals.processor import Policy
-from signals.render import render_markup
-from signals.system_message import working_memory_system_message
-from signals.tokens import approx_tokens
-from signals.window import WindowTracker, trim_window
+from signals.core.cachekey import js_trim
+from signals.core.diff import compact_patch
+from signals.core.lane import LaneOptions, LaneTracking, advance
+from signals.core.memory import WorkingMemoryConfig, apply_merge
+from signals.core.merge import merge_patch
+from signals.core.models import WriteEvent
+from signals.core.processor import Policy
+from signals.core.render import render_markup
+from signals.core.system_message import working_memory_system_message
+from signals.core.tokens import approx_tokens
+from signals.core.window import WindowTracker, trim_window
 
 TURNS = 200
 SCHEMA = {"type": "object"}

@@ -1,6 +1,6 @@
 """``wm-signals replay --verify`` on a lane with 100,000 signals.
 
-The lane's history is produced with the worker's own numbering (``signals.lane.advance``,
+The lane's history is produced with the worker's own numbering (``signals.core.lane.advance``,
 compact policy, a snapshot every 20 signals, ~1 KB Markdown, 1-3 changed lines per
 write) and appended to a private redis-server; then the real command is timed as a
 subprocess, beside a baseline measured in the same run: reading the same entries with
@@ -15,11 +15,11 @@ import subprocess
 import sys
 import time
 
-from signals._util import connect
-from signals.codec import FIELD, encode_json
-from signals.keys import Keys
-from signals.lane import LaneOptions, LaneTracking, advance
-from signals.models import WriteEvent
+from signals.core.codec import FIELD, encode_json
+from signals.core.lane import LaneOptions, LaneTracking, advance
+from signals.core.models import WriteEvent
+from signals.streams.client import connect
+from signals.streams.keys import Keys
 from workers import runtime
 from workers.embedded import RedisServer
 

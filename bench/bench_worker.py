@@ -19,10 +19,10 @@ from typing import Any
 
 import anyio
 
-from signals._util import connect
-from signals.codec import FIELD, encode_json
-from signals.keys import Keys
-from signals.models import WriteEvent
+from signals.core.codec import FIELD, encode_json
+from signals.core.models import WriteEvent
+from signals.streams.client import connect
+from signals.streams.keys import Keys
 from workers import runtime
 from workers.embedded import RedisServer
 from workers.settings import Settings

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from signals.processor import DEFAULT_MAX_DIFF_EDITS, POLICIES, Policy, Proposal, decide
+from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, POLICIES, Policy, Proposal, decide
 
 TARGET_MS = 100.0
 

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from signals import AgentWorkingMemory, Keys, connect
-from signals.progress import wait_caught_up
+from signals.streams.progress import wait_caught_up
 from workers.embedded import RedisServer
 from workers.logging import configure_logging
 from workers.settings import Settings

@@ -5,11 +5,20 @@ does no I/O; the Redis side (store, subscription, delivery log, replay) uses
 redis.asyncio. Worker processes and the CLI live in the separate ``workers`` package.
 """
 
-from signals._util import Client, TLSOptions, connect
 from signals.agent import AgentWorkingMemory
-from signals.cachekey import cache_key, js_trim
-from signals.deliveries import DeliveryLog, ModelView
-from signals.diff import apply_patch, unified_patch
+from signals.core.cachekey import cache_key, js_trim
+from signals.core.diff import apply_patch, unified_patch
+from signals.core.lane import LaneOptions, LaneTracking, advance
+from signals.core.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig
+from signals.core.merge import deep_merge, merge_patch
+from signals.core.models import Attributes, Delivery, Signal, WriteEvent
+from signals.core.processor import Proposal, apply_delta, decide
+from signals.core.render import render_markup
+from signals.core.signing import Signer
+from signals.core.simulate import run_scenario
+from signals.core.system_message import working_memory_system_message
+from signals.core.tokens import approx_tokens
+from signals.core.window import Injection, StepResult, WindowTracker, trim_window
 from signals.errors import (
     ConflictError,
     CorruptDataError,
@@ -28,22 +37,13 @@ from signals.errors import (
     VerifyError,
     WmSignalsError,
 )
-from signals.keys import Keys, lane_id
-from signals.lane import LaneOptions, LaneTracking, advance
-from signals.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig
-from signals.merge import deep_merge, merge_patch
-from signals.models import Attributes, Delivery, Signal, WriteEvent
-from signals.processor import Proposal, apply_delta, decide
-from signals.render import render_markup
-from signals.replay import Materialised, VerifyReport, materialise, read_signals, verify_lane
-from signals.signing import Signer
-from signals.simulate import run_scenario
-from signals.store import Document, WorkingMemoryStore
-from signals.subscribe import Subscription
-from signals.system_message import working_memory_system_message
-from signals.tokens import approx_tokens
+from signals.streams.client import Client, TLSOptions, connect
+from signals.streams.deliveries import DeliveryLog, ModelView
+from signals.streams.keys import Keys, lane_id
+from signals.streams.replay import Materialised, VerifyReport, materialise, read_signals, verify_lane
+from signals.streams.store import Document, WorkingMemoryStore
+from signals.streams.subscribe import Subscription
 from signals.tool import handle_tool_call, tool_definition
-from signals.window import Injection, StepResult, WindowTracker, trim_window
 
 __all__ = (
     "DEFAULT_TEMPLATE",

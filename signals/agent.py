@@ -10,7 +10,7 @@ Usage, inside the loop, before every model call::
     for mid in result.drop: remove that message; held_ids.discard(mid)
 
 With ``delivery="system-message"`` it gives Mastra's default delivery instead (see
-:mod:`signals.system_message`): every :meth:`AgentWorkingMemory.before_model_call`
+:mod:`signals.core.system_message`): every :meth:`AgentWorkingMemory.before_model_call`
 returns the whole working memory, with its update instructions (a read-only agent gets
 the data only), as one ``system`` message in :attr:`ModelCallResult.system`, read from
 the stored document at that call; ``add`` and ``drop`` are empty and no state signal is
@@ -23,20 +23,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from signals._util import Client
-from signals.cachekey import cache_key, js_trim
-from signals.deliveries import DeliveryLog
+from signals.core.cachekey import cache_key, js_trim
+from signals.core.memory import WorkingMemoryConfig
+from signals.core.models import Attributes
+from signals.core.signing import Signer
+from signals.core.system_message import TemplateProvider, working_memory_system_message
+from signals.core.window import Injection, StepResult, WindowTracker
 from signals.errors import InvalidInputError
-from signals.keys import Keys, lane_id
-from signals.memory import WorkingMemoryConfig
-from signals.models import Attributes
-from signals.replay import Materialised
-from signals.signing import Signer
-from signals.store import Document, WorkingMemoryStore
-from signals.subscribe import Subscription
-from signals.system_message import TemplateProvider, working_memory_system_message
+from signals.streams.client import Client
+from signals.streams.deliveries import DeliveryLog
+from signals.streams.keys import Keys, lane_id
+from signals.streams.replay import Materialised
+from signals.streams.store import Document, WorkingMemoryStore
+from signals.streams.subscribe import Subscription
 from signals.tool import handle_tool_call, tool_definition
-from signals.window import Injection, StepResult, WindowTracker
 
 __all__ = ("AgentWorkingMemory", "ModelCallResult")
 
@@ -48,7 +48,7 @@ class ModelCallResult(StepResult):
     """What :meth:`AgentWorkingMemory.before_model_call` returns.
 
     With state-signal delivery: the step's ``add`` and ``drop`` (see
-    :class:`~signals.window.StepResult`) and ``system`` ``None``. With system-message
+    :class:`~signals.core.window.StepResult`) and ``system`` ``None``. With system-message
     delivery: ``system`` is the ``{"role": "system", "content": ...}`` message carrying
     the whole working memory at this call (it replaces the previous call's), ``add`` and
     ``drop`` are empty and ``rebuildable`` is ``None`` (no lane signal is delivered).
@@ -78,13 +78,13 @@ class AgentWorkingMemory:
             still answers what the model saw at a step.
         template_provider: the template for the system-message delivery, per request.
         signer: when given, only signals with a valid MAC reach the model (see
-            :mod:`signals.signing`); any other entry is skipped and logged.
+            :mod:`signals.core.signing`); any other entry is skipped and logged.
 
     Nothing read from the signal stream is trusted: the subscription delivers only
     signals it has verified (decoded, of this lane, chained, cacheKey matching; MAC'd
     when a signer is given) and skips the rest with a warning log event, so a junk or
     forged entry never reaches the window and never stops the loop. After a delta that
-    does not chain it waits for the lane's next snapshot (see :mod:`signals.subscribe`).
+    does not chain it waits for the lane's next snapshot (see :mod:`signals.streams.subscribe`).
     """
 
     def __init__(

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from signals.core.memory import WorkingMemoryConfig, json_schema_of, parse_merge_input
 from signals.errors import ConflictError, InvalidInputError, ReadOnlyError
-from signals.memory import WorkingMemoryConfig, json_schema_of, parse_merge_input
-from signals.store import WorkingMemoryStore
+from signals.streams.store import WorkingMemoryStore
 
 __all__ = ("TOOL_NAME", "handle_tool_call", "tool_definition")
 

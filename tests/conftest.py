@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from redis.asyncio import Redis
 
-from signals._util import connect
-from signals.keys import Keys
+from signals.streams.client import connect
+from signals.streams.keys import Keys
 from workers.embedded import RedisServer
 from workers.logging import configure_logging
 

@@ -8,13 +8,13 @@ from typing import Any, cast
 import msgspec
 from redis import exceptions as redis_exc
 
-from signals._util import Client, lindex
-from signals.codec import FIELD, decode_signal
+from signals.core.codec import FIELD, decode_signal
+from signals.core.lane import MAX_VERSION, LaneTracking
+from signals.core.models import Signal
 from signals.errors import WmSignalsError
-from signals.keys import Keys
-from signals.lane import MAX_VERSION, LaneTracking
-from signals.models import Signal
-from signals.replay import iter_signals, materialise
+from signals.streams.client import Client, lindex
+from signals.streams.keys import Keys
+from signals.streams.replay import iter_signals, materialise
 from workers.faults import is_whole_server
 
 __all__ = ("TrackingCache",)

@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 import msgspec
 from redis import exceptions as redis_exc
 
-from signals.codec import decode_json, encode_json
+from signals.core.codec import decode_json, encode_json
+from signals.core.processor import POLICIES
+from signals.core.simulate import run_scenario
 from signals.errors import ConflictError, InvalidInputError, RedisBusyError, WmSignalsError
-from signals.processor import POLICIES
-from signals.simulate import run_scenario
 from workers import commands, debug_commands, deploy_commands
 from workers.logging import configure_logging
 

@@ -17,11 +17,11 @@ from typing import Any, cast
 
 import pydantic
 
-from signals.codec import decode_json
+from signals.core.codec import decode_json
+from signals.core.memory import WorkingMemoryConfig
+from signals.core.models import Scope
 from signals.errors import InvalidInputError
-from signals.memory import WorkingMemoryConfig
-from signals.models import Scope
-from signals.store import WorkingMemoryStore
+from signals.streams.store import WorkingMemoryStore
 from workers.consumer import default_consumer_name
 from workers.logging import configure_logging
 from workers.runtime import open_client, resolve_redis, run, tune_gc
@@ -186,7 +186,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
             print("wm-signals: no working memory stored for that lane", file=sys.stderr)
             return 1
         if args.json:
-            from signals.codec import encode_json  # noqa: PLC0415
+            from signals.core.codec import encode_json  # noqa: PLC0415
 
             print(encode_json({"lane": doc.lane, "version": doc.version, "format": doc.format, "data": doc.data}))
         else:
@@ -215,10 +215,10 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
     scope = lane_scope(args)
 
     async def main() -> int:
-        from signals.keys import lane_id  # noqa: PLC0415
-        from signals.signing import Signer  # noqa: PLC0415
-        from signals.subscribe import Subscription  # noqa: PLC0415
-        from workers.render import print_signal  # noqa: PLC0415
+        from signals.core.signing import Signer  # noqa: PLC0415
+        from signals.streams.keys import lane_id  # noqa: PLC0415
+        from signals.streams.subscribe import Subscription  # noqa: PLC0415
+        from workers.display import print_signal  # noqa: PLC0415
 
         async with open_client(settings) as redis:
             key = settings.signing_key_bytes()

@@ -22,12 +22,12 @@ from typing import Any, cast
 
 import msgspec
 
-from signals._util import Client, queue_script
-from signals.codec import encode_json
-from signals.keys import GROUP, Keys
-from signals.lane import LaneDocument, LaneOptions, LaneTracking, advance
-from signals.models import WriteEvent
-from signals.signing import Signer
+from signals.core.codec import encode_json
+from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, advance
+from signals.core.models import WriteEvent
+from signals.core.signing import Signer
+from signals.streams.client import Client, queue_script
+from signals.streams.keys import GROUP, Keys
 from workers.faults import raise_whole_server
 from workers.lane_state import LaneState, Pending
 

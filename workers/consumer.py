@@ -29,13 +29,13 @@ import structlog
 from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
-from signals._util import Client, lua, now_iso
-from signals.codec import FIELD, decode_write, encode_json
+from signals.core.codec import FIELD, decode_write, encode_json
+from signals.core.lane import MAX_VERSION, LaneOptions, is_stream_id
+from signals.core.models import DeadLetter, WriteEvent
+from signals.core.signing import Signer
 from signals.errors import GroupMissingError, WmSignalsError
-from signals.keys import GROUP, Keys, validate_id
-from signals.lane import MAX_VERSION, LaneOptions, is_stream_id
-from signals.models import DeadLetter, WriteEvent
-from signals.signing import Signer
+from signals.streams.client import Client, lua, now_iso
+from signals.streams.keys import GROUP, Keys, validate_id
 from workers.cache import TrackingCache
 from workers.commit import BatchStats, LaneCommit, plan_lane, run_commits
 from workers.faults import is_whole_server

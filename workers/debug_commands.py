@@ -19,19 +19,26 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from signals.codec import encode_json
-from signals.deadletters import DeadLetters
-from signals.deliveries import DeliveryLog
-from signals.diff import unified_patch
+from signals.core.codec import encode_json
+from signals.core.diff import unified_patch
+from signals.core.models import Delivery, Signal
+from signals.core.signing import Signer
+from signals.core.tokens import approx_tokens
 from signals.errors import InvalidInputError, VerifyError
-from signals.inspect import inspect
-from signals.keys import Keys, lane_id
-from signals.models import Delivery, Signal
-from signals.replay import DocumentState, Materialised, check_document, iter_signals, materialise, read_verifiable
-from signals.signing import Signer
-from signals.tokens import approx_tokens
+from signals.streams.deadletters import DeadLetters
+from signals.streams.deliveries import DeliveryLog
+from signals.streams.keys import Keys, lane_id
+from signals.streams.replay import (
+    DocumentState,
+    Materialised,
+    check_document,
+    iter_signals,
+    materialise,
+    read_verifiable,
+)
+from signals.streams.status import inspect
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
-from workers.render import signal_record
+from workers.display import signal_record
 from workers.runtime import open_client
 
 __all__ = ("register",)
@@ -127,7 +134,7 @@ def _replay_items(signals: list[tuple[str, Signal]], verify: bool) -> Iterator[M
 def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery],
           truth: DocumentState | None = None) -> int:
     """Print or verify; with ``truth`` (``--verify`` against Redis) the latest signal is also
-    checked against the stored document (:func:`signals.replay.check_document`)."""
+    checked against the stored document (:func:`signals.streams.replay.check_document`)."""
     if args.deliveries:
         for d in deliveries:
             if args.json:

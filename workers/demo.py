@@ -16,13 +16,13 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from signals._util import connect
 from signals.agent import AgentWorkingMemory
-from signals.keys import Keys
-from signals.memory import WorkingMemoryConfig
-from signals.progress import wait_caught_up
-from signals.store import WorkingMemoryStore
-from signals.tokens import approx_tokens
+from signals.core.memory import WorkingMemoryConfig
+from signals.core.tokens import approx_tokens
+from signals.streams.client import connect
+from signals.streams.keys import Keys
+from signals.streams.progress import wait_caught_up
+from signals.streams.store import WorkingMemoryStore
 from workers.consumer import BatchStats
 from workers.settings import Settings
 from workers.supervisor import run_worker

@@ -1,7 +1,7 @@
 """Deployment commands of ``wm-signals``: ``deploy acl`` writes the ACL users of a namespace.
 
 ``wm-signals deploy acl --namespace NS [--password ROLE=SECRET ...] [--cluster] [-o FILE]``
-renders :func:`signals.acl.acl_file` to stdout (or FILE). Roles without a given password
+renders :func:`signals.streams.acl.acl_file` to stdout (or FILE). Roles without a given password
 get a random one (``secrets.token_urlsafe``), printed to stderr as ``USER PASSWORD``
 lines for the operator to store; the file itself holds only SHA-256 hashes. It talks to
 no Redis: load the file with ``aclfile`` in redis.conf (or ``ACL LOAD``).
@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from signals.acl import ROLES, acl_file, user_name
 from signals.errors import InvalidInputError
-from signals.keys import Keys
+from signals.streams.acl import ROLES, acl_file, user_name
+from signals.streams.keys import Keys
 
 __all__ = ("parse_passwords", "register")
 

@@ -24,12 +24,12 @@ from typing import Any, cast
 import msgspec
 import structlog
 
-from signals._util import Client, queue_script
-from signals.codec import encode_json
+from signals.core.codec import encode_json
+from signals.core.lane import DOCUMENT_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking
+from signals.core.models import WriteEvent
 from signals.errors import CorruptDataError
-from signals.keys import Keys
-from signals.lane import DOCUMENT_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking
-from signals.models import WriteEvent
+from signals.streams.client import Client, queue_script
+from signals.streams.keys import Keys
 from workers.cache import TrackingCache
 from workers.faults import raise_whole_server
 

@@ -8,8 +8,8 @@ script, and only at snapshot boundaries.
 
 from __future__ import annotations
 
-from signals._util import Client
-from signals.keys import GROUP, Keys
+from signals.streams.client import Client
+from signals.streams.keys import GROUP, Keys
 
 __all__ = ("trim_write_streams",)
 

@@ -18,8 +18,8 @@ import anyio
 import structlog
 from redis import exceptions as redis_exc
 
-from signals._util import Client, connect, redact_url
 from signals.errors import RedisBusyError, RedisUnavailableError
+from signals.streams.client import Client, connect, redact_url
 from workers.embedded import RedisServer
 from workers.settings import Settings
 
@@ -79,7 +79,7 @@ async def open_client(settings: Settings) -> AsyncIterator[Client]:
 
     Starts an embedded server when no URL is configured; applies the TLS settings
     (warning when verification is off); a malformed URL or unusable TLS file is
-    :class:`~signals.errors.InvalidInputError` (from :func:`signals._util.connect`).
+    :class:`~signals.errors.InvalidInputError` (from :func:`signals.streams.client.connect`).
     Inside the block, an unreachable Redis becomes
     :class:`~signals.errors.RedisUnavailableError` and a Redis refusing work for a while
     (out of memory, loading, read-only) :class:`~signals.errors.RedisBusyError`, each one

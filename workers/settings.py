@@ -8,9 +8,9 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from signals._util import TLSOptions
-from signals.keys import Keys
-from signals.lane import LaneOptions
+from signals.core.lane import LaneOptions
+from signals.streams.client import TLSOptions
+from signals.streams.keys import Keys
 from workers.consumer import ConsumerOptions
 
 __all__ = ("MIN_SIGNING_KEY_BYTES", "Settings")

@@ -13,7 +13,7 @@ own pending entries first. A fault of one lane never reaches this level (see
 :mod:`workers.commit`); a write stream key of another type is left out of the reads
 (logged as ``worker.partition_unreadable``) and checked again every maintenance interval.
 
-At start the worker checks the namespace's shared settings (:mod:`signals.namespace`):
+At start the worker checks the namespace's shared settings (:mod:`signals.streams.namespace`):
 a partition count different from the stored one stops it with a clear message.
 
 Shutdown (SIGTERM/SIGINT or ``stop``): stop reading, let the batch in flight finish and
@@ -32,10 +32,10 @@ import structlog
 from anyio.abc import TaskStatus
 from redis import exceptions as redis_exc
 
-from signals._util import Client
+from signals.core.signing import Signer
 from signals.errors import RedisUnavailableError
-from signals.namespace import check_namespace
-from signals.signing import Signer
+from signals.streams.client import Client
+from signals.streams.namespace import check_namespace
 from workers.consumer import Consumer, RawEntry
 from workers.faults import is_whole_server
 from workers.maintenance import trim_write_streams

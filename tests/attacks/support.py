@@ -14,8 +14,8 @@ from typing import Any
 
 import anyio
 
-from signals._util import connect
-from signals.keys import Keys
+from signals.streams.client import connect
+from signals.streams.keys import Keys
 from tests.integration.helpers import settings_for
 from workers.consumer import Consumer
 from workers.supervisor import run_worker

@@ -16,13 +16,13 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from signals.codec import FIELD, decode_dead_letter, decode_signal, encode_json
+from signals.core.codec import FIELD, decode_dead_letter, decode_signal, encode_json
+from signals.core.models import WriteEvent
 from signals.errors import NamespaceMismatchError
-from signals.keys import Keys
-from signals.models import WriteEvent
-from signals.namespace import check_namespace
-from signals.store import WorkingMemoryStore
-from signals.subscribe import Subscription
+from signals.streams.keys import Keys
+from signals.streams.namespace import check_namespace
+from signals.streams.store import WorkingMemoryStore
+from signals.streams.subscribe import Subscription
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
 from workers.embedded import RedisServer
 

@@ -14,15 +14,15 @@ import pytest
 from redis.asyncio import Redis
 
 import workers.consumer as consumer_module
-from signals.cachekey import cache_key
-from signals.codec import FIELD, decode_signal, encode_json
-from signals.deadletters import DeadLetters
-from signals.keys import Keys
-from signals.lane import MAX_VERSION
-from signals.memory import WorkingMemoryConfig
-from signals.models import Attributes, Signal, WriteEvent
-from signals.replay import decode_entry, xrange_entries
-from signals.store import WorkingMemoryStore
+from signals.core.cachekey import cache_key
+from signals.core.codec import FIELD, decode_signal, encode_json
+from signals.core.lane import MAX_VERSION
+from signals.core.memory import WorkingMemoryConfig
+from signals.core.models import Attributes, Signal, WriteEvent
+from signals.streams.deadletters import DeadLetters
+from signals.streams.keys import Keys
+from signals.streams.replay import decode_entry, xrange_entries
+from signals.streams.store import WorkingMemoryStore
 from tests.attacks.support import worker_in_process
 from tests.integration.helpers import check_lane, wait_caught_up
 from workers.consumer import Consumer, ConsumerOptions

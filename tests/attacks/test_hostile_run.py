@@ -78,16 +78,16 @@ import pytest
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
-from signals.cachekey import cache_key, js_trim
-from signals.codec import FIELD, decode_dead_letter, encode_json
-from signals.keys import GROUP, Keys
-from signals.lane import MAX_VERSION, TRACKING_FIELDS
-from signals.memory import WorkingMemoryConfig
-from signals.models import Attributes, DeadLetter, Signal
-from signals.processor import apply_delta
-from signals.replay import decode_entry, materialise, text_problem, xrange_entries
-from signals.store import WorkingMemoryStore
-from signals.subscribe import Subscription
+from signals.core.cachekey import cache_key, js_trim
+from signals.core.codec import FIELD, decode_dead_letter, encode_json
+from signals.core.lane import MAX_VERSION, TRACKING_FIELDS
+from signals.core.memory import WorkingMemoryConfig
+from signals.core.models import Attributes, DeadLetter, Signal
+from signals.core.processor import apply_delta
+from signals.streams.keys import GROUP, Keys
+from signals.streams.replay import decode_entry, materialise, text_problem, xrange_entries
+from signals.streams.store import WorkingMemoryStore
+from signals.streams.subscribe import Subscription
 from tests.attacks.support import worker_in_process
 from tests.integration.helpers import spawn_worker, wait_ready
 from workers.embedded import RedisServer

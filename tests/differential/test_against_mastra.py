@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from signals.cachekey import js_trim
-from signals.diff import unified_patch
-from signals.simulate import run_scenario
+from signals.core.cachekey import js_trim
+from signals.core.diff import unified_patch
+from signals.core.simulate import run_scenario
 
 pytestmark = pytest.mark.node
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from signals._util import connect
-from signals.codec import FIELD
+from signals.core.codec import FIELD
 from signals.errors import CorruptDataError, RedisBusyError
-from signals.keys import Keys
+from signals.streams.client import connect
+from signals.streams.keys import Keys
 from workers import cli
 from workers.embedded import RedisServer
 
@@ -223,7 +223,7 @@ def test_redis_out_of_memory_is_one_line_exit_1(full_redis: RedisServer) -> None
 @pytest.mark.anyio
 async def test_the_library_raises_redis_busy_error_on_oom(full_redis: RedisServer) -> None:
     """In the library, OOM is RedisBusyError (a WmSignalsError), not a raw redis-py error."""
-    from signals.store import WorkingMemoryStore  # noqa: PLC0415
+    from signals.streams.store import WorkingMemoryStore  # noqa: PLC0415
 
     store = WorkingMemoryStore(connect(full_redis.url), keys=Keys(ns(), 4))
     try:

@@ -16,8 +16,8 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from signals.keys import Keys
-from signals.store import WorkingMemoryStore
+from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.embedded import RedisServer
 

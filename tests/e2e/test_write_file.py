@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from signals.keys import Keys
+from signals.streams.keys import Keys
 from workers.embedded import RedisServer
 
 pytestmark = pytest.mark.redis

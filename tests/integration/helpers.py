@@ -13,11 +13,11 @@ from typing import Any
 
 import anyio
 
-from signals._util import Client, connect
-from signals.cachekey import js_trim
-from signals.keys import Keys
-from signals.progress import wait_caught_up
-from signals.replay import materialise, read_signals
+from signals.core.cachekey import js_trim
+from signals.streams.client import Client, connect
+from signals.streams.keys import Keys
+from signals.streams.progress import wait_caught_up
+from signals.streams.replay import materialise, read_signals
 from workers.consumer import Consumer
 from workers.settings import Settings
 from workers.supervisor import run_worker

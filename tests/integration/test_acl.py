@@ -24,17 +24,17 @@ import pytest
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
-from signals import keys as keys_module
-from signals._util import Client, connect, lua
-from signals.acl import KINDS, ROLES, SCRIPTS, acl_file, acl_users, allowed_commands, grants_of
 from signals.agent import AgentWorkingMemory
-from signals.deadletters import DeadLetters
-from signals.deliveries import DeliveryLog
-from signals.inspect import inspect
-from signals.keys import GROUP, Keys
-from signals.memory import WorkingMemoryConfig
-from signals.store import WorkingMemoryStore
-from signals.subscribe import Subscription
+from signals.core.memory import WorkingMemoryConfig
+from signals.streams import keys as keys_module
+from signals.streams.acl import KINDS, ROLES, SCRIPTS, acl_file, acl_users, allowed_commands, grants_of
+from signals.streams.client import Client, connect, lua
+from signals.streams.deadletters import DeadLetters
+from signals.streams.deliveries import DeliveryLog
+from signals.streams.keys import GROUP, Keys
+from signals.streams.status import inspect
+from signals.streams.store import WorkingMemoryStore
+from signals.streams.subscribe import Subscription
 from tests.integration.cluster import LocalCluster
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
 from workers.embedded import RedisServer

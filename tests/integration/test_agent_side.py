@@ -9,13 +9,13 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from signals._util import connect
 from signals.agent import AgentWorkingMemory
-from signals.deliveries import DeliveryLog
-from signals.keys import Keys
-from signals.memory import WorkingMemoryConfig
-from signals.store import WorkingMemoryStore
-from signals.subscribe import Subscription
+from signals.core.memory import WorkingMemoryConfig
+from signals.streams.client import connect
+from signals.streams.deliveries import DeliveryLog
+from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
+from signals.streams.subscribe import Subscription
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.embedded import RedisServer
 

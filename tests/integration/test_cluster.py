@@ -17,13 +17,13 @@ from collections.abc import AsyncIterator, Iterator
 import anyio
 import pytest
 
-from signals._util import Client, connect
-from signals.codec import FIELD
-from signals.keys import Keys
-from signals.memory import WorkingMemoryConfig
-from signals.progress import wait_caught_up
-from signals.store import WorkingMemoryStore
-from signals.subscribe import Subscription
+from signals.core.codec import FIELD
+from signals.core.memory import WorkingMemoryConfig
+from signals.streams.client import Client, connect
+from signals.streams.keys import Keys
+from signals.streams.progress import wait_caught_up
+from signals.streams.store import WorkingMemoryStore
+from signals.streams.subscribe import Subscription
 from tests.integration.cluster import LocalCluster
 from tests.integration.helpers import check_lane, lanes_of, running_workers
 

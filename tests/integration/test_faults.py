@@ -10,11 +10,11 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from signals._util import connect
-from signals.codec import FIELD, decode_dead_letter, encode_json
-from signals.keys import GROUP, Keys
-from signals.models import WriteEvent
-from signals.store import WorkingMemoryStore
+from signals.core.codec import FIELD, decode_dead_letter, encode_json
+from signals.core.models import WriteEvent
+from signals.streams.client import connect
+from signals.streams.keys import GROUP, Keys
+from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import (
     check_lane,
     lanes_of,

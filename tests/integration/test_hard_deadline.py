@@ -23,9 +23,9 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from signals._util import connect
-from signals.keys import Keys
-from signals.store import WorkingMemoryStore
+from signals.streams.client import connect
+from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, lanes_of, running_workers, wait_caught_up
 from workers.embedded import RedisServer
 

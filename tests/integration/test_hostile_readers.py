@@ -18,18 +18,18 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from signals.agent import AgentWorkingMemory
-from signals.cachekey import cache_key
-from signals.codec import FIELD, encode_json
-from signals.deliveries import DeliveryLog
-from signals.diff import unified_patch
+from signals.core.cachekey import cache_key
+from signals.core.codec import FIELD, encode_json
+from signals.core.diff import unified_patch
+from signals.core.models import Attributes, Delivery, Signal
+from signals.core.signing import MAC_FIELD, Signer
 from signals.errors import CorruptDataError, VerifyError
-from signals.keys import Keys
-from signals.models import Attributes, Delivery, Signal
-from signals.progress import lane_versions
-from signals.replay import materialise, read_signals, verify_lane
-from signals.signing import MAC_FIELD, Signer
-from signals.store import WorkingMemoryStore
-from signals.subscribe import Subscription
+from signals.streams.deliveries import DeliveryLog
+from signals.streams.keys import Keys
+from signals.streams.progress import lane_versions
+from signals.streams.replay import materialise, read_signals, verify_lane
+from signals.streams.store import WorkingMemoryStore
+from signals.streams.subscribe import Subscription
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.cli import main as cli_main
 from workers.embedded import RedisServer

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from signals._util import connect
 from signals.agent import AgentWorkingMemory
-from signals.cachekey import js_trim
-from signals.keys import Keys
-from signals.memory import WorkingMemoryConfig
-from signals.store import WorkingMemoryStore
-from signals.window import trim_window
+from signals.core.cachekey import js_trim
+from signals.core.memory import WorkingMemoryConfig
+from signals.core.window import trim_window
+from signals.streams.client import connect
+from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.embedded import RedisServer
 

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.redis]
 _PROGRAM = """
 import asyncio, sys
 from signals import WorkingMemoryStore, connect
-from signals.keys import Keys
+from signals.streams.keys import Keys
 
 async def main():
     redis = connect(sys.argv[1])

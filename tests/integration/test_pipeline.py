@@ -13,6 +13,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from signals.core.memory import WorkingMemoryConfig
 from signals.errors import (
     ConflictError,
     DocumentTooLargeError,
@@ -20,9 +21,8 @@ from signals.errors import (
     SchemaValidationError,
     ThreadOwnerError,
 )
-from signals.keys import Keys
-from signals.memory import WorkingMemoryConfig
-from signals.store import WorkingMemoryStore
+from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, lanes_of, running_workers, wait_caught_up
 from workers.embedded import RedisServer
 
@@ -32,9 +32,9 @@ JSON = WorkingMemoryConfig(schema={"type": "object"})
 
 WRITER = textwrap.dedent("""
     import sys, anyio
-    from signals.keys import Keys
-    from signals.memory import WorkingMemoryConfig
-    from signals.store import WorkingMemoryStore
+    from signals.streams.keys import Keys
+    from signals.core.memory import WorkingMemoryConfig
+    from signals.streams.store import WorkingMemoryStore
     url, ns, who, n, mode = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
     async def main():
         cfg = WorkingMemoryConfig(schema={"type": "object"}) if mode == "merge" else WorkingMemoryConfig()

@@ -10,14 +10,14 @@ import anyio
 import msgspec
 import pytest
 
-from signals._util import connect
-from signals.codec import FIELD, encode_json
-from signals.deadletters import DeadLetters
+from signals.core.codec import FIELD, encode_json
+from signals.core.models import Attributes, Signal, WriteEvent
 from signals.errors import VerifyError
-from signals.keys import Keys
-from signals.models import Attributes, Signal, WriteEvent
-from signals.replay import materialise, read_signals
-from signals.store import WorkingMemoryStore
+from signals.streams.client import connect
+from signals.streams.deadletters import DeadLetters
+from signals.streams.keys import Keys
+from signals.streams.replay import materialise, read_signals
+from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.cli import main
 from workers.embedded import RedisServer

@@ -18,12 +18,12 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from signals._util import connect
-from signals.acl import ROLES, acl_users
-from signals.codec import FIELD, decode_dead_letter, decode_write
-from signals.keys import GROUP, Keys
-from signals.models import DeadLetter
-from signals.store import WorkingMemoryStore
+from signals.core.codec import FIELD, decode_dead_letter, decode_write
+from signals.core.models import DeadLetter
+from signals.streams.acl import ROLES, acl_users
+from signals.streams.client import connect
+from signals.streams.keys import GROUP, Keys
+from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, running_workers
 from workers.embedded import RedisServer
 

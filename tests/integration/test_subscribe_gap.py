@@ -1,6 +1,6 @@
 """A subscriber whose lane is trimmed under it (issue 11): it resumes with no gap, no repeat.
 
-:class:`~signals.subscribe.Subscription` promises that a version gap (the subscriber
+:class:`~signals.streams.subscribe.Subscription` promises that a version gap (the subscriber
 fell behind the stream's retention) re-bootstraps from the latest snapshot, and that
 the versions it delivers only increase. Two ways a lane is trimmed under a subscriber:
 the worker's own retention (``keep_snapshots``, always at a snapshot boundary) and a
@@ -19,10 +19,10 @@ import structlog
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from signals.keys import Keys
-from signals.replay import read_signals
-from signals.store import WorkingMemoryStore
-from signals.subscribe import Subscription
+from signals.streams.keys import Keys
+from signals.streams.replay import read_signals
+from signals.streams.store import WorkingMemoryStore
+from signals.streams.subscribe import Subscription
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.embedded import RedisServer
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from signals._util import TLSOptions, connect
-from signals.keys import Keys
-from signals.progress import wait_caught_up
+from signals.streams.client import TLSOptions, connect
+from signals.streams.keys import Keys
+from signals.streams.progress import wait_caught_up
 from workers.embedded import RedisServer
 from workers.settings import Settings
 

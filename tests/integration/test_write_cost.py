@@ -13,10 +13,10 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from signals.keys import Keys
-from signals.memory import DEFAULT_MAX_BYTES
-from signals.processor import POLICIES, Policy
-from signals.store import WorkingMemoryStore
+from signals.core.memory import DEFAULT_MAX_BYTES
+from signals.core.processor import POLICIES, Policy
+from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
 from workers.embedded import RedisServer
 

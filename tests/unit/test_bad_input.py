@@ -14,11 +14,11 @@ import msgspec
 import pytest
 from redis import exceptions as redis_exc
 
-from signals._util import TLSOptions, connect
-from signals.codec import decode_json, decode_signal
+from signals.core.codec import decode_json, decode_signal
+from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace, parse_merge_input
+from signals.core.merge import MAX_DEPTH, check_json_value
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
-from signals.memory import WorkingMemoryConfig, apply_merge, apply_replace, parse_merge_input
-from signals.merge import MAX_DEPTH, check_json_value
+from signals.streams.client import TLSOptions, connect
 
 JSON = WorkingMemoryConfig(schema={"type": "object"})
 MARKDOWN = WorkingMemoryConfig()

@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from signals.cachekey import cache_key, js_trim
+from signals.core.cachekey import cache_key, js_trim
+from signals.core.lane import LaneOptions, LaneTracking, advance
+from signals.core.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig, apply_merge, apply_replace
+from signals.core.merge import deep_merge, merge_patch
+from signals.core.models import WriteEvent
+from signals.core.processor import Proposal, apply_delta, decide
+from signals.core.simulate import run_scenario
 from signals.errors import (
     DocumentTooLargeError,
     EmptyTemplateOverwriteError,
@@ -17,12 +23,6 @@ from signals.errors import (
     ScenarioError,
     SchemaValidationError,
 )
-from signals.lane import LaneOptions, LaneTracking, advance
-from signals.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig, apply_merge, apply_replace
-from signals.merge import deep_merge, merge_patch
-from signals.models import WriteEvent
-from signals.processor import Proposal, apply_delta, decide
-from signals.simulate import run_scenario
 
 DOC = "# Profile\n- name: Ada\n- city: London\n- likes: math\n- pets: none\n- goal: notes"
 

@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.bench_worst_write import SHAPES
-from signals.cachekey import js_trim
-from signals.diff import diff_hunks, render_hunks, unified_patch
-from signals.memory import DEFAULT_MAX_BYTES
-from signals.processor import DEFAULT_MAX_DIFF_EDITS, POLICIES, Policy, Proposal, decide
+from signals.core.cachekey import js_trim
+from signals.core.diff import diff_hunks, render_hunks, unified_patch
+from signals.core.memory import DEFAULT_MAX_BYTES
+from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, POLICIES, Policy, Proposal, decide
 
 T = TypeVar("T")
 LINES = 12_500

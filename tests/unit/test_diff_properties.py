@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from signals.cachekey import js_trim
-from signals.diff import apply_patch, compact_patch, diff_hunks, unified_patch
+from signals.core.cachekey import js_trim
+from signals.core.diff import apply_patch, compact_patch, diff_hunks, unified_patch
 from signals.errors import PatchError
 
 LINE = st.one_of(

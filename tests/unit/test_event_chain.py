@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from signals.lane import LaneDocument, LaneOptions, LaneTracking
-from signals.models import WriteEvent
+from signals.core.lane import LaneDocument, LaneOptions, LaneTracking
+from signals.core.models import WriteEvent
 from workers.commit import event_chain, plan_lane
 from workers.lane_state import LaneState, Pending
 

@@ -1,4 +1,4 @@
-"""Signal MACs (signals.signing): what they cover, what they refuse. No Redis."""
+"""Signal MACs (signals.core.signing): what they cover, what they refuse. No Redis."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import hmac
 
 import pytest
 
+from signals.core.signing import MAC_FIELD, Signer
 from signals.errors import InvalidInputError
-from signals.signing import MAC_FIELD, Signer
 
 KEY = b"k" * 32
 PAYLOAD = '{"id":"working-memory","mode":"snapshot","version":1,"lane":"r:alice"}'

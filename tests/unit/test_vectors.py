@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from signals.cachekey import cache_key
-from signals.diff import apply_patch, unified_patch
-from signals.merge import deep_merge
-from signals.render import render_markup
-from signals.simulate import run_scenario
+from signals.core.cachekey import cache_key
+from signals.core.diff import apply_patch, unified_patch
+from signals.core.merge import deep_merge
+from signals.core.render import render_markup
+from signals.core.simulate import run_scenario
 from workers.cli import main
 
 VECTORS = Path(__file__).parent.parent / "vectors"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from signals.lane import LaneOptions, LaneTracking, advance
-from signals.models import WriteEvent
-from signals.render import anthropic_message, render_markup
-from signals.window import StepResult, WindowTracker, trim_window
+from signals.core.lane import LaneOptions, LaneTracking, advance
+from signals.core.models import WriteEvent
+from signals.core.render import anthropic_message, render_markup
+from signals.core.window import StepResult, WindowTracker, trim_window
 
 BASE = [f"- fact {i}: a line long enough that a delta is smaller than the snapshot" for i in range(8)]
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from redis import exceptions as redis_exc
 from redis.asyncio.connection import Connection
 
-from signals._util import _hiredis_packing, _HiredisPacking, connect
+from signals.streams.client import _hiredis_packing, _HiredisPacking, connect
 
 _ARG = st.one_of(st.text(), st.binary(), st.integers(), st.floats(allow_nan=False, allow_infinity=False))
 

@@ -5,12 +5,12 @@ Read-only: it never joins a consumer group and never writes. Nothing read is tru
 * :func:`xrange_entries` / :func:`xread_entries` read stream entries as bytes and decode
   them one by one, so an entry that is not UTF-8 is one bad entry, not a reply that
   cannot be read (redis-py would raise ``UnicodeDecodeError`` for the whole batch).
-* :func:`decode_entry` turns one entry into a :class:`~signals.models.Signal` or raises
+* :func:`decode_entry` turns one entry into a :class:`~signals.core.models.Signal` or raises
   :class:`~signals.errors.VerifyError` naming the entry id and what is wrong: no ``e``
   field, not JSON, wrong types, a ``lane`` that is not this stream's lane, a version
-  outside 1..2**53, inconsistent fields, or (given a :class:`~signals.signing.Signer`)
+  outside 1..2**53, inconsistent fields, or (given a :class:`~signals.core.signing.Signer`)
   a missing or wrong MAC. Replay and verification report such an entry; the live readers
-  (:mod:`signals.subscribe`) skip it and log a warning.
+  (:mod:`signals.streams.subscribe`) skip it and log a warning.
 * :func:`materialise` walks signals in order: a snapshot sets the text, a delta applies
   to the text of the version it names (``baseVersion``, or the previous signal); each
   rebuilt text must hash to the signal's cacheKey (:func:`text_problem`). The first failure raises
@@ -29,14 +29,14 @@ from typing import Any, Final
 import msgspec
 from redis import exceptions as redis_exc
 
-from signals._util import Client
-from signals.cachekey import cache_key, js_trim
-from signals.codec import FIELD, decode_signal
+from signals.core.cachekey import cache_key, js_trim
+from signals.core.codec import FIELD, decode_signal
+from signals.core.models import STATE_ID, TAG_NAME, Signal
+from signals.core.processor import apply_delta
+from signals.core.signing import MAC_FIELD, Signer
 from signals.errors import CorruptDataError, InvalidInputError, VerifyError
-from signals.keys import Keys
-from signals.models import STATE_ID, TAG_NAME, Signal
-from signals.processor import apply_delta
-from signals.signing import MAC_FIELD, Signer
+from signals.streams.client import Client
+from signals.streams.keys import Keys
 
 __all__ = (
     "MAX_VERSION",
@@ -198,7 +198,7 @@ def decode_entry(lane: str, entry: RawEntry, *, signer: Signer | None = None) ->
     Args:
         lane: the lane whose stream the entry was read from.
         entry: the entry as :func:`xrange_entries` returns it.
-        signer: when given, the entry must carry a valid MAC (:mod:`signals.signing`).
+        signer: when given, the entry must carry a valid MAC (:mod:`signals.core.signing`).
 
     Raises:
         VerifyError: the entry is not a signal of this lane (names the entry id and why).

@@ -15,8 +15,8 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from signals.core.models import Scope
 from signals.errors import InvalidInputError
-from signals.models import Scope
 
 __all__ = ("GROUP", "Keys", "lane_id", "validate_id")
 
@@ -80,7 +80,7 @@ class Keys:
     def track(self, lane: str) -> str:
         """Hash: the worker's tracking of the lane's signals: last signal version, cacheKey and
         mode, last processed write version, signals since the snapshot, the stream's tail id
-        and the last write event id (fields named in ``signals.lane.TRACKING_FIELDS``). It
+        and the last write event id (fields named in ``signals.core.lane.TRACKING_FIELDS``). It
         holds no text: the next delta's base comes from the worker's cache or the stream."""
         return self._lane_key("trk", lane)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import anyio
 from redis import exceptions as redis_exc
 
-from signals._util import Client, smembers
 from signals.errors import CorruptDataError
-from signals.keys import Keys
-from signals.replay import MAX_VERSION
+from signals.streams.client import Client, smembers
+from signals.streams.keys import Keys
+from signals.streams.replay import MAX_VERSION
 
 __all__ = ("lagging_lanes", "lane_versions", "wait_caught_up")
 

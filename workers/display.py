@@ -6,10 +6,10 @@ import sys
 
 from rich.console import Console
 
-from signals.codec import encode_json
-from signals.replay import Materialised
-from signals.tokens import approx_tokens
-from signals.window import Injection
+from signals.core.codec import encode_json
+from signals.core.tokens import approx_tokens
+from signals.core.window import Injection
+from signals.streams.replay import Materialised
 
 __all__ = ("print_signal", "signal_record")
 

@@ -25,7 +25,7 @@ from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
 
-from signals._time import now_iso
+from signals.core._time import now_iso
 from signals.errors import InvalidInputError, RedisBusyError
 
 __all__ = (
@@ -40,7 +40,7 @@ Client = Redis | RedisCluster
 @cache
 def lua(name: str) -> str:
     """The source of a bundled Lua script."""
-    return resources.files("signals").joinpath("lua", name + ".lua").read_text("utf-8")
+    return resources.files("signals.streams").joinpath("lua", name + ".lua").read_text("utf-8")
 
 
 @dataclass(frozen=True, slots=True)

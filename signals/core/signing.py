@@ -2,7 +2,7 @@
 
 Redis ACLs decide who may write a signal stream; a MAC makes the answer independent of
 them. When a key is configured, the worker appends each signal as two stream fields,
-``e`` (the JSON, :data:`signals.codec.FIELD`) and ``m`` (:data:`MAC_FIELD`), and every
+``e`` (the JSON, :data:`signals.core.codec.FIELD`) and ``m`` (:data:`MAC_FIELD`), and every
 reader given a :class:`Signer` refuses an entry whose MAC is missing or wrong: live
 readers skip it, replay reports it. So a subscriber never puts in front of a model a
 signal that no worker wrote, even where the ACL is misconfigured.
@@ -24,7 +24,7 @@ from signals.errors import InvalidInputError
 
 __all__ = ("MAC_FIELD", "MIN_KEY_BYTES", "Signer")
 
-#: The stream field holding an entry's MAC (beside :data:`signals.codec.FIELD`).
+#: The stream field holding an entry's MAC (beside :data:`signals.core.codec.FIELD`).
 MAC_FIELD = "m"
 #: The shortest key accepted: 128 bits.
 MIN_KEY_BYTES = 16

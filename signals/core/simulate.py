@@ -4,7 +4,7 @@ A scenario (the format of the reference vectors) lists what storage returns at e
 and whether the agent's context window still holds the lane's last snapshot. The runtime
 keeps the history of accepted signals and Mastra's tracking (current cacheKey, mode and
 version); a re-injected snapshot is a new accepted signal here, so the version rule of
-:func:`~signals.processor.mastra_version` applies.
+:func:`~signals.core.processor.mastra_version` applies.
 
 The delta base is chosen as Mastra does: the ``value`` of the last delta since the last
 snapshot, else the snapshot's ``value``, else its ``contents`` (``"history": "no-value"``
@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from signals.core.models import Format, Scope
+from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide, mastra_version
 from signals.errors import ScenarioError
-from signals.models import Format, Scope
-from signals.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide, mastra_version
 
 __all__ = ("DELTA_KEYS", "SNAPSHOT_KEYS", "run_scenario", "validate_scenario")
 

@@ -7,7 +7,7 @@ downloads. Pure: no I/O.
 
 from __future__ import annotations
 
-from signals.cachekey import utf8
+from signals.core.cachekey import utf8
 
 __all__ = ("approx_tokens",)
 

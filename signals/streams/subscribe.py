@@ -15,7 +15,7 @@ only text it has verified and skips the rest with a warning log event
 
 * an entry that is not a signal of this lane (no ``e`` field, not JSON, wrong types, a
   ``lane`` field naming another lane, a version outside 1..2**53; with a
-  :class:`~signals.signing.Signer`, a missing or wrong MAC) is skipped;
+  :class:`~signals.core.signing.Signer`, a missing or wrong MAC) is skipped;
 * an entry whose version is not above the version held is skipped (versions delivered
   only increase);
 * a snapshot whose cacheKey (or ``value``) does not match its contents is skipped;
@@ -26,11 +26,11 @@ only text it has verified and skips the rest with a warning log event
   signal is a snapshot, so the subscriber recovers at the next one;
 * a signal key holding another type (WRONGTYPE) reads as an empty stream.
 
-Replay (:mod:`signals.replay`) reports the same entries as errors instead. What these
+Replay (:mod:`signals.streams.replay`) reports the same entries as errors instead. What these
 checks cannot catch is a forged entry that is well formed and self-consistent (right
 lane, next version, matching cacheKey): only a MAC tells it from a worker's signal, so
 deployments where anyone but the workers could append to signal streams should give
-readers a :class:`~signals.signing.Signer` (``replay --verify`` also catches it, against
+readers a :class:`~signals.core.signing.Signer` (``replay --verify`` also catches it, against
 the stored document).
 """
 
@@ -45,13 +45,13 @@ import anyio
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
-from signals._util import Client
+from signals.core.models import Signal
+from signals.core.processor import apply_delta
+from signals.core.signing import Signer
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError, VerifyError
-from signals.keys import Keys
-from signals.models import Signal
-from signals.processor import apply_delta
-from signals.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
-from signals.signing import Signer
+from signals.streams.client import Client
+from signals.streams.keys import Keys
+from signals.streams.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
 
 __all__ = ("Subscription",)
 
@@ -67,13 +67,13 @@ class Subscription:
     Args:
         redis: a redis.asyncio client.
         keys: the deployment's key layout.
-        lane: the lane id (see :func:`signals.keys.lane_id`).
+        lane: the lane id (see :func:`signals.streams.keys.lane_id`).
         block_ms: how long one blocking read waits in ``async for``.
         count: entries per read.
         reconnect_timeout_s: give up (``RedisUnavailableError``) after Redis has been
             unreachable this long; reconnects before that are silent and gapless.
         signer: when given, only entries with a valid MAC are delivered (see
-            :mod:`signals.signing`); the others are skipped and logged.
+            :mod:`signals.core.signing`); the others are skipped and logged.
 
     Attributes:
         version: the last version delivered (0: none). It only increases.

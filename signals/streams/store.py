@@ -27,8 +27,10 @@ import anyio
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
-from signals._util import Client, connect, lua, now_iso
-from signals.codec import encode_json
+from signals.core.codec import encode_json
+from signals.core.lane import parse_version
+from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace, check_size
+from signals.core.models import Format, Scope, WriteEvent
 from signals.errors import (
     ConflictError,
     CorruptDataError,
@@ -39,11 +41,9 @@ from signals.errors import (
     ThreadOwnerError,
     WmSignalsError,
 )
-from signals.keys import Keys, lane_id, validate_id
-from signals.lane import parse_version
-from signals.memory import WorkingMemoryConfig, apply_merge, apply_replace, check_size
-from signals.models import Format, Scope, WriteEvent
-from signals.namespace import check_namespace
+from signals.streams.client import Client, connect, lua, now_iso
+from signals.streams.keys import Keys, lane_id, validate_id
+from signals.streams.namespace import check_namespace
 
 __all__ = ("Document", "LaneRef", "WorkingMemoryStore")
 
@@ -74,7 +74,7 @@ class WorkingMemoryStore:
     """Reads and writes working memory; one instance per process is plenty.
 
     Args:
-        redis: a redis.asyncio client (see :func:`signals._util.connect`).
+        redis: a redis.asyncio client (see :func:`signals.streams.client.connect`).
         keys: namespace and partition count; must match the workers'.
         config: the working-memory shape (scope, template or schema, size limit).
         read_only: refuse every write (:class:`~signals.errors.ReadOnlyError`).
@@ -244,7 +244,7 @@ class WorkingMemoryStore:
 
     async def _check_namespace(self) -> None:
         """Record or check the namespace's partition count once per store (see
-        :mod:`signals.namespace`): a writer whose count differs from the workers' would
+        :mod:`signals.streams.namespace`): a writer whose count differs from the workers' would
         append events no worker reads."""
         if not self._namespace_checked:
             try:

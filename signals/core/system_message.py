@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from signals.codec import encode_json
-from signals.memory import WorkingMemoryConfig, json_schema_of
+from signals.core.codec import encode_json
+from signals.core.memory import WorkingMemoryConfig, json_schema_of
 
 __all__ = ("TemplateProvider", "working_memory_system_message")
 

@@ -1,7 +1,7 @@
 """Least-privilege Redis ACL users for one namespace, generated from the key layout.
 
 What it does: a table of roles (worker, writer, reader, agent, operator) says, per key
-kind of :class:`~signals.keys.Keys`, which commands a role may run and whether it needs
+kind of :class:`~signals.streams.keys.Keys`, which commands a role may run and whether it needs
 read or read-write access; :func:`acl_file` renders the table as a Redis 7 ACL file for
 one namespace, with key patterns from :meth:`Keys.pattern` (so patterns cannot drift
 from keys) and passwords stored only as SHA-256 hashes.
@@ -35,14 +35,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from signals.errors import InvalidInputError
-from signals.keys import Keys
+from signals.streams.keys import Keys
 
 __all__ = ("BASE_COMMANDS", "CLUSTER_COMMANDS", "KINDS", "ROLES", "SCRIPTS", "SCRIPT_COMMANDS", "Grant", "Role",
            "Script", "acl_file", "acl_users", "allowed_commands", "grants_of", "user_name")
 
 Access = Literal["R", "RW"]
 
-#: Key kinds in rendering order (the order of :class:`~signals.keys.Keys`).
+#: Key kinds in rendering order (the order of :class:`~signals.streams.keys.Keys`).
 KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv", "writes", "dlq", "fails", "lanes", "docs",
          "config")
 

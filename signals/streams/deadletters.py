@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import msgspec
 
-from signals._util import Client, lua, xrange
-from signals.codec import FIELD, decode_dead_letter
+from signals.core.codec import FIELD, decode_dead_letter
+from signals.core.models import DeadLetter
 from signals.errors import InvalidInputError
-from signals.keys import Keys
-from signals.models import DeadLetter
+from signals.streams.client import Client, lua, xrange
+from signals.streams.keys import Keys
 
 __all__ = ("DeadLetterEntry", "DeadLetters")
 

@@ -18,7 +18,7 @@ ids of stale ones it may drop). The rules:
   is held.
 
 Re-injection is a delivery of an existing lane version into this window, not a new
-lane version (the worker alone numbers a lane's versions, see :mod:`signals.lane`);
+lane version (the worker alone numbers a lane's versions, see :mod:`signals.core.lane`);
 every addition is reported so that it can be logged.
 """
 
@@ -28,12 +28,12 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
-from signals.cachekey import cache_key
+from signals.core.cachekey import cache_key
+from signals.core.models import Attributes, Signal
+from signals.core.processor import apply_delta
+from signals.core.render import chat_message, render_markup
+from signals.core.tokens import approx_tokens
 from signals.errors import InvalidInputError
-from signals.models import Attributes, Signal
-from signals.processor import apply_delta
-from signals.render import chat_message, render_markup
-from signals.tokens import approx_tokens
 
 __all__ = ("Injection", "StepResult", "WindowTracker", "trim_window")
 

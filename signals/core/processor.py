@@ -32,13 +32,13 @@ from typing import Final, Literal
 
 import msgspec
 
-from signals.cachekey import cache_key, js_trim
-from signals.codec import decode_json, encode_json
-from signals.diff import apply_patch, compact_patch, unified_patch
+from signals.core.cachekey import cache_key, js_trim
+from signals.core.codec import decode_json, encode_json
+from signals.core.diff import apply_patch, compact_patch, unified_patch
+from signals.core.merge import deep_merge, merge_patch
+from signals.core.models import Attributes, Format, Mode, Scope
+from signals.core.tokens import approx_tokens
 from signals.errors import InvalidInputError, PatchError
-from signals.merge import deep_merge, merge_patch
-from signals.models import Attributes, Format, Mode, Scope
-from signals.tokens import approx_tokens
 
 __all__ = (
     "DEFAULT_MAX_DIFF_EDITS",

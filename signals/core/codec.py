@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from signals.models import DeadLetter, Delivery, Signal, WriteEvent
+from signals.core.models import DeadLetter, Delivery, Signal, WriteEvent
 
 __all__ = (
     "FIELD",

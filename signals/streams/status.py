@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from redis import exceptions as redis_exc
 
-from signals._util import Client
-from signals.keys import GROUP, Keys
-from signals.progress import lane_versions
+from signals.streams.client import Client
+from signals.streams.keys import GROUP, Keys
+from signals.streams.progress import lane_versions
 
 __all__ = ("ConsumerInfo", "PartitionInfo", "Report", "inspect")
 

@@ -5,13 +5,13 @@ template (whitespace collapsed) over existing data that is not itself the templa
 refused (:class:`~signals.errors.EmptyTemplateOverwriteError`): that is how a model
 "clears" memory by accident, and Mastra refuses it too.
 
-Schema mode stores JSON and merges (:func:`~signals.merge.deep_merge`: objects
+Schema mode stores JSON and merges (:func:`~signals.core.merge.deep_merge`: objects
 deep-merge, ``null`` deletes, arrays replace). The merged document is validated against
 the user's schema, a pydantic model class or a JSON Schema dict; a failure names every
 failing field and nothing is stored. A merge update must be plain JSON, at most
-:data:`~signals.merge.MAX_DEPTH` (64) objects/arrays deep: NaN, infinities, bytes, sets,
+:data:`~signals.core.merge.MAX_DEPTH` (64) objects/arrays deep: NaN, infinities, bytes, sets,
 tuples, non-string keys and lone surrogates are refused with the path of the bad value
-(see :func:`~signals.merge.check_json_value`), never stored as something else.
+(see :func:`~signals.core.merge.check_json_value`), never stored as something else.
 Documents are serialised as compact JSON in key order, integral floats printed as
 integers (what ``JSON.stringify`` gives).
 
@@ -29,7 +29,9 @@ import msgspec
 import pydantic
 from jsonschema import Draft202012Validator
 
-from signals.codec import decode_json, encode_json
+from signals.core.codec import decode_json, encode_json
+from signals.core.merge import check_json_value, deep_merge, normalise_numbers
+from signals.core.models import Format, Scope
 from signals.errors import (
     CorruptDataError,
     DocumentTooLargeError,
@@ -37,8 +39,6 @@ from signals.errors import (
     InvalidInputError,
     SchemaValidationError,
 )
-from signals.merge import check_json_value, deep_merge, normalise_numbers
-from signals.models import Format, Scope
 
 __all__ = (
     "DEFAULT_MAX_BYTES",

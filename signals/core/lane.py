@@ -6,7 +6,7 @@ snapshot, so the decision runs with the snapshot "in the window"; the delta base
 last signal's full text. Every ``snapshot_every``-th signal is a snapshot instead of a
 delta (no extra signal), which bounds how far a subscriber that starts from the stream's
 oldest retained snapshot must replay. Agent loops re-inject snapshots into their own
-windows; that is a delivery, not a new lane version (see ``signals.window``).
+windows; that is a delivery, not a new lane version (see ``signals.core.window``).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import cast
 
 import msgspec
 
-from signals._time import now_iso
+from signals.core._time import now_iso
+from signals.core.models import Format, Scope, Signal, WriteEvent
+from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide
 from signals.errors import CorruptDataError
-from signals.models import Format, Scope, Signal, WriteEvent
-from signals.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide
 
 __all__ = (
     "DOCUMENT_FIELDS", "MAX_VERSION", "TRACKING_FIELDS",
@@ -221,7 +221,7 @@ class LaneOptions:
     omit_delta_value: bool = False
     max_diff_edits: int | None = DEFAULT_MAX_DIFF_EDITS
     """Past this many line edits the worker emits a snapshot instead of a delta (bounded
-    work per write, see :func:`signals.processor.decide`); ``None``: no budget."""
+    work per write, see :func:`signals.core.processor.decide`); ``None``: no budget."""
 
 
 def advance(

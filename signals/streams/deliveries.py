@@ -1,6 +1,6 @@
 """The delivery log: what an agent loop put into its model's window, step by step.
 
-Per thread, an append-only Redis stream of :class:`~signals.models.Delivery` records
+Per thread, an append-only Redis stream of :class:`~signals.core.models.Delivery` records
 (step, lane version, mode, reason, contents), bounded by ``retention`` entries
 (approximate trimming). :meth:`DeliveryLog.view_at` answers "what working memory could
 the model rebuild at step N" from the log: the last snapshot delivered at or before N
@@ -20,16 +20,16 @@ from dataclasses import dataclass
 
 import msgspec
 
-from signals._time import now_iso
-from signals._util import Client
-from signals.cachekey import cache_key
-from signals.codec import FIELD, decode_delivery, encode_json
+from signals.core._time import now_iso
+from signals.core.cachekey import cache_key
+from signals.core.codec import FIELD, decode_delivery, encode_json
+from signals.core.models import Delivery
+from signals.core.processor import apply_delta
+from signals.core.window import StepResult
 from signals.errors import CorruptDataError, InvalidInputError
-from signals.keys import Keys, validate_id
-from signals.models import Delivery
-from signals.processor import apply_delta
-from signals.replay import MAX_VERSION, RawEntry, xrange_entries
-from signals.window import StepResult
+from signals.streams.client import Client
+from signals.streams.keys import Keys, validate_id
+from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
 
 __all__ = ("DeliveryLog", "ModelView")
 

@@ -1,6 +1,6 @@
 """Settings every process of a namespace must agree on, stored once in Redis.
 
-Writers, workers and agent loops each compute key names from a :class:`~signals.keys.Keys`;
+Writers, workers and agent loops each compute key names from a :class:`~signals.streams.keys.Keys`;
 if they disagree on the partition count, a writer appends events to a stream no worker
 reads and nothing is logged anywhere. So the partition count lives in the namespace's
 config hash (``<namespace>:config``): the first process that writes or works in a
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import cast
 
-from signals._util import Client
 from signals.errors import CorruptDataError, NamespaceMismatchError
-from signals.keys import Keys
+from signals.streams.client import Client
+from signals.streams.keys import Keys
 
 __all__ = ("check_namespace",)
 
