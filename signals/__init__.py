@@ -1,24 +1,32 @@
 """wm-signals: working-memory state signals for LLM agents, on Redis Streams.
 
-The pure core (cache keys, the jsdiff-compatible diff, the decision, rendering, merge)
-does no I/O; the Redis side (store, subscription, delivery log, replay) uses
-redis.asyncio. Worker processes and the CLI live in the separate ``workers`` package.
+The pure core (:mod:`signals.core`: cache keys, the jsdiff-compatible diff, the decision,
+rendering, merge) does no I/O; the Redis edge (:mod:`signals.streams`: store, subscription,
+delivery log, replay) uses redis.asyncio; :mod:`signals.agent` and :mod:`signals.tool` sit
+on top. Worker processes and the CLI live in the separate ``workers`` package.
+
+What is exported here, and what is not. A name is in ``__all__`` when a user of the
+library calls it, constructs it, catches it or handles a value of its type that a call
+here returns: connecting, the write API, subscribing and the agent loop, replay and
+verification, delivery logs, the key layout and lane ids (a subscription and replay take
+a lane), the tool, signing, the wire types a user decodes, rendering the model's markup,
+the scenario simulator, and every public error class. Everything else is an internal of
+the machinery (the decision and lane numbering, cache-key and diff helpers, merge
+primitives, token counting, the window tracker the agent facade drives): it stays
+importable from its own module (``signals.core.X``, ``signals.streams.X``), and workers,
+benchmarks and tests import it from there, but this surface does not promise it.
+``tests/unit/test_public_api.py`` lists the surface name by name, so changing it is a
+deliberate edit.
 """
 
-from signals.agent import AgentWorkingMemory
-from signals.core.cachekey import cache_key, js_trim
-from signals.core.diff import apply_patch, unified_patch
-from signals.core.lane import LaneOptions, LaneTracking, advance
+from signals.agent import AgentWorkingMemory, ModelCallResult
 from signals.core.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig
-from signals.core.merge import deep_merge, merge_patch
 from signals.core.models import Attributes, Delivery, Signal, WriteEvent
-from signals.core.processor import Proposal, apply_delta, decide
 from signals.core.render import render_markup
 from signals.core.signing import Signer
 from signals.core.simulate import run_scenario
 from signals.core.system_message import working_memory_system_message
-from signals.core.tokens import approx_tokens
-from signals.core.window import Injection, StepResult, WindowTracker, trim_window
+from signals.core.window import Injection
 from signals.errors import (
     ConflictError,
     CorruptDataError,
@@ -37,7 +45,14 @@ from signals.errors import (
     VerifyError,
     WmSignalsError,
 )
-from signals.streams.client import Client, TLSOptions, connect
+from signals.streams.client import (
+    Client,
+    RedisLoadingError,
+    RedisOutOfMemoryError,
+    RedisReadOnlyError,
+    TLSOptions,
+    connect,
+)
 from signals.streams.deliveries import DeliveryLog, ModelView
 from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import Materialised, VerifyReport, materialise, read_signals, verify_lane
@@ -61,50 +76,38 @@ __all__ = (
     "Injection",
     "InvalidInputError",
     "Keys",
-    "LaneOptions",
-    "LaneTracking",
     "Materialised",
+    "ModelCallResult",
     "ModelView",
     "NamespaceMismatchError",
     "PatchError",
-    "Proposal",
     "ReadOnlyError",
     "RedisBusyError",
+    "RedisLoadingError",
+    "RedisOutOfMemoryError",
+    "RedisReadOnlyError",
     "RedisUnavailableError",
     "ScenarioError",
     "SchemaValidationError",
     "Signal",
     "Signer",
-    "StepResult",
     "Subscription",
     "TLSOptions",
     "ThreadOwnerError",
     "VerifyError",
     "VerifyReport",
-    "WindowTracker",
     "WmSignalsError",
     "WorkingMemoryConfig",
     "WorkingMemoryStore",
     "WriteEvent",
-    "advance",
-    "apply_delta",
-    "apply_patch",
-    "approx_tokens",
-    "cache_key",
     "connect",
-    "decide",
-    "deep_merge",
     "handle_tool_call",
-    "js_trim",
     "lane_id",
     "materialise",
-    "merge_patch",
     "read_signals",
     "render_markup",
     "run_scenario",
     "tool_definition",
-    "trim_window",
-    "unified_patch",
     "verify_lane",
     "working_memory_system_message",
 )
