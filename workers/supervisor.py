@@ -23,7 +23,6 @@ uncommitted batch stays pending and is reprocessed by the next worker: no loss).
 
 from __future__ import annotations
 
-import random
 import signal
 import time
 
@@ -34,6 +33,7 @@ from redis import exceptions as redis_exc
 
 from signals.core.signing import Signer
 from signals.errors import RedisUnavailableError
+from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.namespace import check_namespace
 from workers.consumer import Consumer, RawEntry
@@ -46,38 +46,23 @@ __all__ = ("run_worker",)
 log = structlog.get_logger(__name__)
 
 
-class _Backoff:
-    """Full-jitter exponential backoff bounded in time."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.failing_since: float | None = None
-        self.attempt = 0
-
-    def ok(self) -> None:
-        self.failing_since = None
-        self.attempt = 0
-
-    async def wait(self, error: BaseException) -> None:
-        now = time.monotonic()
-        if self.failing_since is None:
-            self.failing_since = now
-        if now - self.failing_since > self.timeout_s:
-            raise RedisUnavailableError(f"Redis unreachable for {self.timeout_s:.0f}s: {error}") from error
-        delay = random.uniform(0, min(2.0, 0.05 * 2**self.attempt))
-        self.attempt += 1
-        log.warning("worker.redis_unavailable", error=repr(error), retry_in_s=round(delay, 3))
-        await anyio.sleep(delay)
+async def _wait(backoff: Backoff, error: BaseException) -> None:
+    """Sleep before retrying after ``error``; past the reconnect timeout, stop the worker."""
+    delay = backoff.next_delay()
+    if delay is None:
+        raise RedisUnavailableError(f"Redis unreachable for {backoff.timeout_s:.0f}s: {error}") from error
+    log.warning("worker.redis_unavailable", error=repr(error), retry_in_s=round(delay, 3))
+    await anyio.sleep(delay)
 
 
-async def _retrying(backoff: _Backoff, stop: anyio.Event, fn: object) -> None:
+async def _retrying(backoff: Backoff, stop: anyio.Event, fn: object) -> None:
     while not stop.is_set():
         try:
             await fn()  # type: ignore[operator]
         except redis_exc.RedisError as e:
             if not is_whole_server(e):
                 raise
-            await backoff.wait(e)
+            await _wait(backoff, e)
         else:
             backoff.ok()
             return
@@ -97,7 +82,7 @@ async def run_worker(
     key = settings.signing_key_bytes()
     consumer = Consumer(redis, settings.keys(), settings.consumer_options(), name,
                         signer=Signer(key) if key else None)
-    backoff = _Backoff(settings.reconnect_timeout_s)
+    backoff = Backoff(settings.reconnect_timeout_s)
     await _retrying(backoff, stop, lambda: check_namespace(redis, consumer.keys))
     await _retrying(backoff, stop, consumer.ensure_groups)
     log.info("worker.started", consumer=name, partitions=settings.partitions, policy=settings.policy)
@@ -111,7 +96,7 @@ async def run_worker(
         async with anyio.create_task_group() as readers:
             for streams in consumer.stream_groups():
                 readers.start_soon(_read_loop, consumer, streams, stop,
-                                   _Backoff(settings.reconnect_timeout_s))
+                                   Backoff(settings.reconnect_timeout_s))
         tg.cancel_scope.cancel()
     s = consumer.stats
     log.info("worker.stopped", consumer=name, events=s.events, signals=s.signals,
@@ -119,7 +104,7 @@ async def run_worker(
     return consumer
 
 
-async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, backoff: _Backoff) -> None:
+async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, backoff: Backoff) -> None:
     """Read and process ``streams`` until stopped: all partitions in one loop on a single
     server, one loop per partition on a cluster (see ``Consumer.stream_groups``).
 
@@ -147,16 +132,16 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
             ahead = []  # read but unprocessed: still pending, drain_pending reads them again
             drain = True
             if is_whole_server(e):
-                await backoff.wait(e)
+                await _wait(backoff, e)
             elif "WRONGTYPE" in str(e):
                 active, checked = await consumer.readable(streams), time.monotonic()
                 if not active:
-                    await backoff.wait(e)
+                    await _wait(backoff, e)
             else:
                 raise
 
 
-async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float, backoff: _Backoff) -> None:
+async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float, backoff: Backoff) -> None:
     while not stop.is_set():
         with anyio.move_on_after(interval):
             await stop.wait()

@@ -17,7 +17,6 @@ the owner never changes once set.
 
 from __future__ import annotations
 
-import random
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from signals.errors import (
     ThreadOwnerError,
     WmSignalsError,
 )
+from signals.streams.backoff import full_jitter
 from signals.streams.client import Client, connect, lua, now_iso
 from signals.streams.keys import Keys, lane_id, validate_id
 from signals.streams.namespace import check_namespace
@@ -370,7 +370,7 @@ class WorkingMemoryStore:
             if refusal is not None:
                 raise refusal
             if attempt:  # the first retry re-reads at once; later ones back off (contention)
-                await anyio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+                await anyio.sleep(full_jitter(attempt, first_s=0.001, cap_s=0.05))
             current = await self._read(ref.lane)
         raise WmSignalsError(f"{ref.lane}: gave up after {self.max_attempts} conflicting writes")
 

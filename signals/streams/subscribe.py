@@ -36,9 +36,7 @@ the stored document).
 
 from __future__ import annotations
 
-import random
 import re
-import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -49,6 +47,7 @@ from signals.core.models import Signal
 from signals.core.processor import apply_delta
 from signals.core.signing import Signer
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError, VerifyError
+from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
@@ -219,21 +218,17 @@ class Subscription:
 
     async def __aiter__(self) -> AsyncIterator[Materialised]:
         """Tail forever (until cancelled), reconnecting transparently."""
-        failing_since: float | None = None
-        attempt = 0
+        backoff = Backoff(self.reconnect_timeout_s)
         while True:
             try:
                 batch = await self.poll(self.block_ms)
             except _TRANSIENT as e:
-                now = time.monotonic()
-                failing_since = failing_since or now
-                if now - failing_since > self.reconnect_timeout_s:
+                delay = backoff.next_delay()
+                if delay is None:
                     raise RedisUnavailableError(f"subscription to {self.lane}: {e}") from e
-                delay = random.uniform(0, min(2.0, 0.05 * 2**attempt))
-                attempt += 1
                 log.warning("subscribe.reconnecting", lane=self.lane, error=repr(e), retry_in_s=delay)
                 await anyio.sleep(delay)
                 continue
-            failing_since, attempt = None, 0
+            backoff.ok()
             for item in batch:
                 yield item
