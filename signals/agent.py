@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from signals.core.cachekey import cache_key, js_trim
 from signals.core.memory import WorkingMemoryConfig
-from signals.core.models import Attributes
+from signals.core.models import Attributes, Reason
 from signals.core.signing import Signer
 from signals.core.system_message import TemplateProvider, working_memory_system_message
 from signals.core.window import Injection, StepResult, WindowTracker
@@ -40,7 +40,7 @@ from signals.tool import handle_tool_call, tool_definition
 
 __all__ = ("AgentWorkingMemory", "ModelCallResult")
 
-Delivery = Literal["state-signals", "system-message"]
+DeliveryMethod = Literal["state-signals", "system-message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +50,8 @@ class ModelCallResult(StepResult):
     With state-signal delivery: the step's ``add`` and ``drop`` (see
     :class:`~signals.core.window.StepResult`) and ``system`` ``None``. With system-message
     delivery: ``system`` is the ``{"role": "system", "content": ...}`` message carrying
-    the whole working memory at this call (it replaces the previous call's), ``add`` and
-    ``drop`` are empty and ``rebuildable`` is ``None`` (no lane signal is delivered).
+    the whole working memory at this call (it replaces the previous call's), and ``add``
+    and ``drop`` are empty (no lane signal is delivered).
     """
 
     system: dict[str, str] | None = None
@@ -96,7 +96,7 @@ class AgentWorkingMemory:
         thread_id: str | None = None,
         config: WorkingMemoryConfig | None = None,
         read_only: bool = False,
-        delivery: Delivery = "state-signals",
+        delivery: DeliveryMethod = "state-signals",
         log_deliveries: bool = True,
         template_provider: TemplateProvider | None = None,
         signer: Signer | None = None,
@@ -155,7 +155,7 @@ class AgentWorkingMemory:
         result = self.window.step(set(held_ids))
         if self.log is not None and self.thread_id is not None and result.add:
             await self.log.record(self.thread_id, self.lane, result)
-        return ModelCallResult(result.step, result.add, result.drop, result.rebuildable)
+        return ModelCallResult(result.step, result.add, result.drop)
 
     async def _system_call(self) -> ModelCallResult:
         self._steps += 1
@@ -172,10 +172,11 @@ class AgentWorkingMemory:
         key = cache_key(doc.format, text)
         if key == self._logged_key:
             return
-        reason: Literal["bootstrap", "new"] = "bootstrap" if self._logged_key is None else "new"
-        record = Injection(f"wm:{self.lane}:system:{self._steps}", self._steps, doc.version, "snapshot", reason,
-                           key, text, Attributes(format=doc.format, scope=self.config.scope), text)
-        await self.log.record(self.thread_id, self.lane, StepResult(self._steps, (record,)))
+        reason: Reason = "bootstrap" if self._logged_key is None else "new"
+        sent = Injection(id=f"wm:{self.lane}:system:{self._steps}", step=self._steps, version=doc.version,
+                         mode="snapshot", reason=reason, cache_key=key, contents=text,
+                         attributes=Attributes(format=doc.format, scope=self.config.scope), value=text)
+        await self.log.record(self.thread_id, self.lane, StepResult(self._steps, (sent,)))
         self._logged_key = key
 
     def _render_system(self, doc: Document | None) -> dict[str, str]:

@@ -17,6 +17,7 @@ __all__ = (
     "Delivery",
     "Format",
     "Mode",
+    "Reason",
     "Scope",
     "Signal",
     "WriteEvent",
@@ -26,6 +27,9 @@ Format = Literal["markdown", "json"]
 Scope = Literal["resource", "thread"]
 Mode = Literal["snapshot", "delta"]
 PatchKind = Literal["unified-diff", "json-merge-patch"]
+Reason = Literal["bootstrap", "new", "reinject"]
+"""Why a working-memory message was put into a window: the first snapshot, new lane signals
+on an intact chain, or a fresh snapshot after the window lost its chain."""
 
 STATE_ID = "working-memory"
 TAG_NAME = "working-memory"
@@ -85,14 +89,19 @@ class WriteEvent(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="ca
 
 
 class Delivery(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="camel"):
-    """One working-memory message an agent loop put into its model's context window."""
+    """One working-memory message an agent loop put into its model's context window.
+
+    What the delivery log keeps of an :class:`~signals.core.window.Injection` (built by
+    :meth:`~signals.core.window.Injection.delivery`): the window's message id and the
+    full text after the version are not logged; the thread, the lane and the time are.
+    """
 
     thread_id: str
     step: int
     lane: str
     version: int
     mode: Mode
-    reason: Literal["bootstrap", "new", "reinject"]
+    reason: Reason
     cache_key: str
     contents: str
     attributes: Attributes

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Literal
 
 from signals.core.cachekey import cache_key
-from signals.core.models import Attributes, Signal
+from signals.core.models import Attributes, Delivery, Mode, Reason, Signal
 from signals.core.processor import apply_delta
 from signals.core.render import chat_message, render_markup
 from signals.core.tokens import approx_tokens
@@ -37,17 +36,20 @@ from signals.errors import InvalidInputError
 
 __all__ = ("Injection", "StepResult", "WindowTracker", "trim_window")
 
-Reason = Literal["bootstrap", "new", "reinject"]
-
 
 @dataclass(frozen=True, slots=True)
 class Injection:
-    """One working-memory message put into the window."""
+    """One working-memory message put into the window: the one record of it.
+
+    The loop sends :attr:`message` and keeps :attr:`id`; the delivery log keeps
+    :meth:`delivery` of it. ``contents`` is what the model reads (a whole text or a
+    patch, per ``mode``); ``value`` is the full text at ``version``.
+    """
 
     id: str
     step: int
     version: int
-    mode: Literal["snapshot", "delta"]
+    mode: Mode
     reason: Reason
     cache_key: str
     contents: str
@@ -66,6 +68,12 @@ class Injection:
         """A ``user``-role chat message holding the markup (Mastra's delivery)."""
         return chat_message(self.markup)
 
+    def delivery(self, *, thread_id: str, lane: str, at: str | None) -> Delivery:
+        """The delivery-log record of this message (the wire form; ``id`` and ``value`` stay here)."""
+        return Delivery(thread_id=thread_id, step=self.step, lane=lane, version=self.version, mode=self.mode,
+                        reason=self.reason, cache_key=self.cache_key, contents=self.contents,
+                        attributes=self.attributes, at=at)
+
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
@@ -74,7 +82,6 @@ class StepResult:
     step: int
     add: tuple[Injection, ...] = ()
     drop: tuple[str, ...] = ()
-    rebuildable: int | None = None
 
 
 @dataclass(slots=True)
@@ -92,11 +99,6 @@ class WindowTracker:
     _steps: int = 0
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _delivered: bool = False
-
-    @property
-    def latest_version(self) -> int:
-        """The newest lane version offered so far (0: none)."""
-        return self._latest
 
     def offer(self, signal: Signal, value: str) -> None:
         """Make a lane signal (with the full text after it) known to the tracker."""
@@ -151,7 +153,7 @@ class WindowTracker:
         version, on_chain = self._chain(held)
         latest = self._latest
         if latest in (0, version):
-            return StepResult(step, rebuildable=version)
+            return StepResult(step)
         needed = range((version or 0) + 1, latest + 1)
         add: list[Injection] = []
         drop: tuple[str, ...] = ()
@@ -162,29 +164,29 @@ class WindowTracker:
         else:
             signal, value = self._known[latest]
             reason: Reason = "reinject" if self._delivered else "bootstrap"
-            add.append(self._inject_snapshot(step, signal, value, reason))
+            add.append(self._inject(step, signal, value, reason))
             # deltas off any held chain are useless now and would repeat versions
             drop = tuple(sorted(i.id for i in held if i.mode == "delta" and i.id not in on_chain))
         for v in [v for v in self._known if v < latest]:
             del self._known[v]
         self._delivered = True
-        return StepResult(step, tuple(add), drop, latest)
+        return StepResult(step, tuple(add), drop)
 
     def _new_id(self, version: int) -> str:
         return f"wm:{self.lane}:v{version}:{next(self._ids)}"
 
     def _inject(self, step: int, signal: Signal, value: str, reason: Reason) -> Injection:
-        if signal.mode == "snapshot":
-            return self._inject_snapshot(step, signal, value, reason)
-        inj = Injection(self._new_id(signal.version), step, signal.version, "delta", reason,
-                        signal.cache_key, signal.contents, signal.attributes, value)
-        self._injected[inj.id] = inj
-        return inj
-
-    def _inject_snapshot(self, step: int, signal: Signal, value: str, reason: Reason) -> Injection:
-        attrs = Attributes(format=signal.attributes.format, scope=signal.attributes.scope)
-        inj = Injection(self._new_id(signal.version), step, signal.version, "snapshot", reason,
-                        cache_key(attrs.format, value), value, attrs, value)
+        """Put ``signal``'s version into the window: a delta as it came (only as a ``new``
+        signal on an intact chain), anything else as a snapshot of its full text."""
+        if reason == "new" and signal.mode == "delta":
+            mode: Mode = "delta"
+            key, contents, attrs = signal.cache_key, signal.contents, signal.attributes
+        else:
+            mode = "snapshot"
+            attrs = Attributes(format=signal.attributes.format, scope=signal.attributes.scope)
+            key, contents = cache_key(attrs.format, value), value
+        inj = Injection(id=self._new_id(signal.version), step=step, version=signal.version, mode=mode,
+                        reason=reason, cache_key=key, contents=contents, attributes=attrs, value=value)
         self._injected[inj.id] = inj
         return inj
 

@@ -58,10 +58,7 @@ class DeliveryLog:
             return []
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
         now = now_iso()
-        records = [Delivery(thread_id=thread_id, step=inj.step, lane=lane, version=inj.version,
-                            mode=inj.mode, reason=inj.reason, cache_key=inj.cache_key,
-                            contents=inj.contents, attributes=inj.attributes, at=now)
-                   for inj in result.add]
+        records = [inj.delivery(thread_id=thread_id, lane=lane, at=now) for inj in result.add]
         async with self.redis.pipeline(transaction=False) as pipe:
             for record in records:
                 pipe.xadd(stream, {FIELD: encode_json(record)}, maxlen=self.retention, approximate=True)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from signals.core.codec import encode_json
 from signals.core.lane import LaneOptions, LaneTracking, advance
-from signals.core.models import WriteEvent
+from signals.core.models import Attributes, WriteEvent
 from signals.core.render import anthropic_message, render_markup
-from signals.core.window import StepResult, WindowTracker, trim_window
+from signals.core.window import Injection, StepResult, WindowTracker, trim_window
 
 BASE = [f"- fact {i}: a line long enough that a delta is smaller than the snapshot" for i in range(8)]
 
@@ -121,3 +122,18 @@ def test_injection_as_an_anthropic_user_turn() -> None:
     loop.write(_doc())
     inj = loop.step().add[0]
     assert anthropic_message(inj.markup) == {"role": "user", "content": [{"type": "text", "text": inj.markup}]}
+
+
+def test_delivery_record_of_an_injection_keeps_the_log_wire_format() -> None:
+    """The delivery-log record of an injection: its fields in the log's order, camelCase;
+    the message id and the full text stay out of the log."""
+    inj = Injection(id="wm:r:u:v2:1", step=3, version=2, mode="delta", reason="new", cache_key="sha256:" + "0" * 64,
+                    contents="@@ -2,1 +2,1 @@\n-- a\n+- b", value="# N\n- b",
+                    attributes=Attributes(format="markdown", scope="resource", patch="unified-diff"))
+    record = inj.delivery(thread_id="t1", lane="r:u", at="2025-01-01T00:00:00.000Z")
+    assert encode_json(record) == (
+        '{"threadId":"t1","step":3,"lane":"r:u","version":2,"mode":"delta","reason":"new",'
+        '"cacheKey":"sha256:' + "0" * 64 + '","contents":"@@ -2,1 +2,1 @@\\n-- a\\n+- b",'
+        '"attributes":{"format":"markdown","scope":"resource","patch":"unified-diff"},'
+        '"at":"2025-01-01T00:00:00.000Z"}'
+    )
