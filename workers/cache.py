@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, cast
 
 import msgspec
@@ -10,6 +9,7 @@ from redis import exceptions as redis_exc
 
 from signals.core.codec import FIELD, decode_signal
 from signals.core.lane import MAX_VERSION, LaneTracking
+from signals.core.lru import LRU
 from signals.core.models import Signal
 from signals.errors import WmSignalsError
 from signals.streams.client import Client, lindex
@@ -35,26 +35,19 @@ class TrackingCache:
     def __init__(self, redis: Client, keys: Keys, capacity: int) -> None:
         self.redis = redis
         self.keys = keys
-        self.capacity = capacity
-        self._lru: OrderedDict[str, LaneTracking] = OrderedDict()
+        self._lru: LRU[str, LaneTracking] = LRU(capacity)
 
     def get(self, lane: str) -> LaneTracking | None:
         """The cached tracking of a lane, if any."""
-        tracking = self._lru.get(lane)
-        if tracking is not None:
-            self._lru.move_to_end(lane)
-        return tracking
+        return self._lru.get(lane)
 
     def remember(self, lane: str, tracking: LaneTracking) -> None:
         """Cache a lane's tracking (with its text) after a successful commit."""
-        self._lru[lane] = tracking
-        self._lru.move_to_end(lane)
-        while len(self._lru) > self.capacity:
-            self._lru.popitem(last=False)
+        self._lru.put(lane, tracking)
 
     def forget(self, lane: str) -> None:
         """Drop a lane (its tracking moved under us)."""
-        self._lru.pop(lane, None)
+        self._lru.discard(lane)
 
     async def values_for(self, lanes: dict[str, tuple[int, str]]) -> dict[str, str]:
         """The text at the given signal version of each lane, given as ``(version, tail id)``.
@@ -69,7 +62,7 @@ class TrackingCache:
         for lane, (version, tail) in lanes.items():
             if version == 0:
                 continue
-            cached = self._lru.get(lane)
+            cached = self._lru.peek(lane)
             if cached is not None and cached.version == version and cached.value is not None:
                 out[lane] = cached.value
             else:

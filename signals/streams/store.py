@@ -17,7 +17,6 @@ the owner never changes once set.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -28,6 +27,7 @@ from redis import exceptions as redis_exc
 from signals._log import get_logger
 from signals.core.codec import encode_json
 from signals.core.lane import parse_version
+from signals.core.lru import LRU
 from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace, check_size
 from signals.core.models import Format, Scope, WriteEvent
 from signals.errors import (
@@ -103,11 +103,19 @@ class WorkingMemoryStore:
         self.read_only = read_only
         self.idempotency_ttl_s = idempotency_ttl_s
         self.max_attempts = max_attempts
-        self.cache_size = cache_size
         self._write = redis.register_script(lua("write"))
-        self._known: OrderedDict[str, Document] = OrderedDict()
+        self._known: LRU[str, Document] = LRU(cache_size)  # this client's own reads and writes
         self._thread = redis.register_script(lua("thread"))
         self._namespace_checked = False
+
+    @property
+    def cache_size(self) -> int:
+        """How many documents this client remembers (the ``cache_size`` argument; settable)."""
+        return self._known.capacity
+
+    @cache_size.setter
+    def cache_size(self, value: int) -> None:
+        self._known.capacity = value
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> WorkingMemoryStore:
@@ -138,13 +146,6 @@ class WorkingMemoryStore:
         ref = self.ref(resource_id, thread_id, scope)
         return await self._read(ref.lane)
 
-    def _remember(self, doc: Document) -> None:
-        """Keep the document this client last wrote or read (bounded LRU)."""
-        self._known[doc.lane] = doc
-        self._known.move_to_end(doc.lane)
-        while len(self._known) > self.cache_size:
-            self._known.popitem(last=False)
-
     async def _read(self, lane: str) -> Document | None:
         try:
             reply = await self.redis.hmget(self.keys.doc(lane), ["data", "version", "format"])
@@ -160,7 +161,7 @@ class WorkingMemoryStore:
         if fmt not in (None, "markdown", "json"):
             raise CorruptDataError(f"{where} field format is {fmt[:40]!r}, not markdown or json")
         doc = Document(lane, data or "", number, cast(Format, fmt or "markdown"))
-        self._remember(doc)
+        self._known.put(lane, doc)
         return doc
 
     async def thread_owner(self, thread_id: str) -> str | None:
@@ -350,7 +351,7 @@ class WorkingMemoryStore:
         await self._check_namespace()
         ref, owner = await self._resolve_owner(ref)
         script_keys = self._script_keys(ref, owner, idempotency_key)
-        current = self._known.get(ref.lane)
+        current = self._known.peek(ref.lane)
         if current is None or (if_version is not None and current.version != if_version):
             current = await self._read(ref.lane)
         for attempt in range(self.max_attempts):
@@ -361,11 +362,11 @@ class WorkingMemoryStore:
             status, detail = await self._run_write(ref, script_keys, args)
             if status == "ok":
                 log.debug("wm.written", lane=ref.lane, version=version + 1, op=op)
-                self._remember(Document(ref.lane, data, version + 1, self.config.format))
+                self._known.put(ref.lane, Document(ref.lane, data, version + 1, self.config.format))
                 return version + 1
             if status == "dup":
                 return parse_version(detail, f"idempotency key {idempotency_key!r} of {ref.lane}")
-            self._known.pop(ref.lane, None)
+            self._known.discard(ref.lane)
             refusal = self._refusal(ref, status, detail, if_version)
             if refusal is not None:
                 raise refusal
