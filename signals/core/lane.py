@@ -18,7 +18,7 @@ from typing import cast
 import msgspec
 
 from signals.core._time import now_iso
-from signals.core.models import Format, Scope, Signal, WriteEvent
+from signals.core.models import STATE_ID, TAG_NAME, Format, Scope, Signal, WriteEvent
 from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide
 from signals.errors import CorruptDataError
 
@@ -256,10 +256,10 @@ def advance(
     version = tracking.version + 1
     delta = proposal.mode == "delta"
     signal = Signal(
-        id="working-memory",
+        id=STATE_ID,
         mode=proposal.mode,
         cache_key=proposal.cache_key,
-        tag_name="working-memory",
+        tag_name=TAG_NAME,
         contents=proposal.contents,
         delta=proposal.delta,
         value=None if delta and options.omit_delta_value else proposal.value,

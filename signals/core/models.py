@@ -31,7 +31,9 @@ Reason = Literal["bootstrap", "new", "reinject"]
 """Why a working-memory message was put into a window: the first snapshot, new lane signals
 on an intact chain, or a fresh snapshot after the window lost its chain."""
 
+#: The ``id`` of every working-memory state signal.
 STATE_ID = "working-memory"
+#: The ``tagName`` of every signal: the XML tag the model reads it in (``<working-memory ...>``).
 TAG_NAME = "working-memory"
 
 

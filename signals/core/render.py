@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
+from signals.core.models import TAG_NAME
+
 __all__ = ("anthropic_message", "chat_message", "escape_attribute", "escape_text", "render_markup")
 
 _XML_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
@@ -28,7 +30,7 @@ def escape_attribute(value: str) -> str:
 
 
 def render_markup(
-    contents: str, attributes: Mapping[str, str | None], tag_name: str = "working-memory"
+    contents: str, attributes: Mapping[str, str | None], tag_name: str = TAG_NAME
 ) -> str:
     """Render ``<tag attr="...">contents</tag>`` (or ``<tag ... />`` when contents is empty).
 

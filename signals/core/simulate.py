@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from signals.core.models import Format, Scope
+from signals.core.models import STATE_ID, TAG_NAME, Format, Scope
 from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide, mastra_version
 from signals.errors import ScenarioError
 
@@ -145,8 +145,8 @@ def run_scenario(scenario: Any, *, policy: Policy = "mastra") -> Iterator[dict[s
         yield {
             "step": i,
             "emitted": True,
-            "id": "working-memory",
-            "tagName": "working-memory",
+            "id": STATE_ID,
+            "tagName": TAG_NAME,
             "mode": proposal.mode,
             "cacheKey": proposal.cache_key,
             "contents": proposal.contents,
