@@ -1,8 +1,7 @@
 """Debugging commands: replay, export, inspect, dlq. All read-only except ``dlq requeue|drop``.
 
 ``replay`` never joins a consumer group and never writes; with ``--file`` it works on an
-``export`` file with no Redis at all. Export format: JSON lines, ``{"kind": "signal",
-"entryId", "signal"}`` then ``{"kind": "delivery", "delivery"}`` records.
+``export`` file with no Redis at all (the format: :mod:`signals.streams.export`).
 """
 
 from __future__ import annotations
@@ -11,10 +10,8 @@ import argparse
 import sys
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import msgspec
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -27,6 +24,7 @@ from signals.core.tokens import approx_tokens
 from signals.errors import InvalidInputError, VerifyError
 from signals.streams.deadletters import DeadLetters
 from signals.streams.deliveries import DeliveryLog
+from signals.streams.export import read_export, write_export
 from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import (
     DocumentState,
@@ -44,16 +42,6 @@ from workers.runtime import open_client
 __all__ = ("register",)
 
 _console = Console(highlight=False, soft_wrap=True)
-
-
-class _ExportLine(msgspec.Struct, kw_only=True, rename="camel"):
-    kind: str
-    entry_id: str | None = None
-    signal: Signal | None = None
-    delivery: Delivery | None = None
-
-
-_export_decoder = msgspec.json.Decoder(_ExportLine)
 
 
 def _bound(value: str | None) -> tuple[str, int | datetime] | None:
@@ -81,31 +69,6 @@ def _within(item: Materialised, low: Any, high: Any) -> bool:
         if (above and key < value) or (not above and key > value):
             return False
     return True
-
-
-def _read_file(path: str) -> tuple[list[tuple[str, Signal]], list[Delivery]]:
-    signals: list[tuple[str, Signal]] = []
-    deliveries: list[Delivery] = []
-    try:
-        lines = Path(path).read_bytes().splitlines()
-    except OSError as e:
-        raise InvalidInputError(f"--file {path}: {e.strerror or e}") from e
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = _export_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise InvalidInputError(f"{path} line {number}: not an export record: {e}") from e
-        except RecursionError as e:
-            raise InvalidInputError(f"{path} line {number}: not an export record: JSON nested too deeply") from e
-        if record.kind == "signal" and record.signal is not None:
-            signals.append((record.entry_id or str(number), record.signal))
-        elif record.kind == "delivery" and record.delivery is not None:
-            deliveries.append(record.delivery)
-        else:
-            raise InvalidInputError(f"{path} line {number}: unknown record kind {record.kind!r}")
-    return signals, deliveries
 
 
 def _print_item(item: Materialised, previous: str | None) -> None:
@@ -187,7 +150,10 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     if args.file:
-        signals, deliveries = _read_file(args.file)
+        try:
+            signals, deliveries = read_export(args.file)
+        except OSError as e:
+            raise InvalidInputError(f"--file {args.file}: {e.strerror or e}") from e
         return _show(args, signals, deliveries)
     if args.resource is None and args.thread is None:
         raise InvalidInputError("replay needs --resource (and/or --thread), or --file")
@@ -241,10 +207,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     run_async(main)
     signals, deliveries = loaded
-    lines = [encode_json(_ExportLine(kind="signal", entry_id=eid, signal=s)) for eid, s in signals]
-    lines += [encode_json(_ExportLine(kind="delivery", delivery=d)) for d in deliveries]
     try:
-        Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        write_export(args.output, signals, deliveries)
     except OSError as e:
         raise InvalidInputError(f"--output {args.output}: {e}") from e
     print(f"exported {len(signals)} signals and {len(deliveries)} deliveries to {args.output}")
