@@ -10,7 +10,7 @@ with sending the whole memory in the system prompt every turn.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 from rich.console import Console
@@ -75,7 +75,6 @@ class _Counts:
     added: int = 0
     signal_tokens: int = 0
     system_tokens: int = 0
-    windows: list[int] = field(default_factory=list)
 
 
 async def _model_step(name: str, agent: AgentWorkingMemory, window: list[tuple[str | None, str]],
@@ -159,7 +158,6 @@ async def run_demo(url: str, settings: Settings, console: Console | None = None)
             window.append((None, f"user: message {turn}"))
             window.append((None, f"assistant: reply {turn}"))
             window = window[-WINDOW:]
-            counts.windows.append(len(window))
         stop.set()
     out.print(_summary(counts, consumer.stats))
     if settings.redis_url:

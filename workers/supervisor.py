@@ -90,7 +90,7 @@ async def run_worker(
         if handle_signals:
             await tg.start(_watch_signals, stop)
         tg.start_soon(_deadline, stop, tg.cancel_scope, settings.grace_s)
-        tg.start_soon(_maintenance, consumer, stop, settings.maintenance_interval_s, backoff)
+        tg.start_soon(_maintenance, consumer, stop, settings.maintenance_interval_s)
         task_status.started(consumer)
         log.info("worker.ready", consumer=name)
         async with anyio.create_task_group() as readers:
@@ -141,7 +141,7 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
                 raise
 
 
-async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float, backoff: Backoff) -> None:
+async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -> None:
     while not stop.is_set():
         with anyio.move_on_after(interval):
             await stop.wait()

@@ -23,7 +23,6 @@ __all__ = (
     "decode_json",
     "decode_signal",
     "decode_write",
-    "encode",
     "encode_json",
 )
 
@@ -48,11 +47,6 @@ def _decoding(decode: Callable[[str | bytes], T], data: str | bytes) -> T:
         raise msgspec.DecodeError("JSON is nested too deeply") from e
     except UnicodeEncodeError as e:
         raise msgspec.DecodeError(f"not valid UTF-8 text (a lone surrogate at position {e.start})") from e
-
-
-def encode(obj: Any) -> bytes:
-    """Encode a Struct (or any JSON-able value) as compact JSON."""
-    return _encoder.encode(obj)
 
 
 def encode_json(obj: Any) -> str:
