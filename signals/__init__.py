@@ -55,9 +55,10 @@ from signals.streams.client import (
 )
 from signals.streams.deliveries import DeliveryLog, ModelView
 from signals.streams.keys import Keys, lane_id
-from signals.streams.replay import Materialised, VerifyReport, materialise, read_signals, verify_lane
+from signals.streams.replay import Materialised, materialise, read_signals
 from signals.streams.store import Document, WorkingMemoryStore
 from signals.streams.subscribe import Subscription
+from signals.streams.verify import VerifyReport, verify_lane
 from signals.tool import handle_tool_call, tool_definition
 
 __all__ = (

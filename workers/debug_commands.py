@@ -26,15 +26,9 @@ from signals.streams.deadletters import DeadLetters
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.export import read_export, write_export
 from signals.streams.keys import Keys, lane_id
-from signals.streams.replay import (
-    DocumentState,
-    Materialised,
-    check_document,
-    iter_signals,
-    materialise,
-    read_verifiable,
-)
+from signals.streams.replay import Materialised, iter_signals, materialise
 from signals.streams.status import inspect
+from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
 from workers.display import signal_record
 from workers.runtime import open_client

@@ -114,7 +114,7 @@ async def read_lanes(
     for lane, reply in zip(misses, tracking_replies, strict=True):
         _parse_tracking(keys, lane, reply, states[lane])
     _apply_force(states, force)
-    await _base_values(redis, keys, cache, states)
+    await _base_values(cache, states)
     return states
 
 
@@ -215,7 +215,7 @@ def _parse_tracking(keys: Keys, lane: str, reply: object, state: LaneState) -> N
     state.tracking = tracking
 
 
-async def _base_values(redis: Client, keys: Keys, cache: TrackingCache, states: dict[str, LaneState]) -> None:
+async def _base_values(cache: TrackingCache, states: dict[str, LaneState]) -> None:
     """Fill in the delta base of freshly read trackings; recover the version of repaired lanes."""
     needed = {lane: s.tracking for lane, s in states.items()
               if s.tracking is not None and s.tracking.value is None and s.doc is not None and not s.repair}

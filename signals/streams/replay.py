@@ -1,4 +1,4 @@
-"""Read a lane's signal history back, rebuild each version, verify the chain and the truth.
+"""Read a lane's signal history back, rebuild each version, verify the chain.
 
 Read-only: it never joins a consumer group and never writes. Nothing read is trusted:
 
@@ -15,9 +15,7 @@ Read-only: it never joins a consumer group and never writes. Nothing read is tru
   to the text of the version it names (``baseVersion``, or the previous signal); each
   rebuilt text must hash to the signal's cacheKey (:func:`text_problem`). The first failure raises
   :class:`~signals.errors.VerifyError` naming the entry.
-* :func:`check_document` compares the latest signal with the stored document (the truth
-  the chain is meant to deliver): a well-formed chain whose last signal was forged, or
-  whose text differs from the document, fails. :func:`verify_lane` does all of it.
+Checking the chain against the stored document is :mod:`signals.streams.verify`.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from typing import Any, Final
 import msgspec
 from redis import exceptions as redis_exc
 
-from signals.core.cachekey import cache_key, js_trim
+from signals.core.cachekey import cache_key
 from signals.core.codec import FIELD, decode_signal
 from signals.core.models import STATE_ID, TAG_NAME, Signal
 from signals.core.processor import apply_delta
@@ -40,20 +38,14 @@ from signals.streams.keys import Keys
 
 __all__ = (
     "MAX_VERSION",
-    "DocumentState",
     "Materialised",
     "RawEntry",
-    "VerifyReport",
-    "check_document",
     "decode_entry",
     "iter_signals",
     "materialise",
-    "read_document_state",
     "read_signals",
-    "read_verifiable",
     "signal_problem",
     "text_problem",
-    "verify_lane",
     "xrange_entries",
     "xread_entries",
 )
@@ -304,149 +296,3 @@ def _apply(where: str, text: str | None, signal: Signal) -> str:
         return apply_delta(text, signal.contents, signal.attributes.patch)
     except (InvalidInputError, RecursionError) as e:
         raise VerifyError(f"{where}: delta does not apply: {e}") from e
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentState:
-    """The truth a lane's signals are checked against, read after the signals.
-
-    Attributes:
-        lane: the lane.
-        version: the stored document's version (``None``: no document).
-        data: the stored document's text (``None``: no document).
-        processed: the document version the workers have processed (tracking ``wv``).
-        tail: the id of the signal stream's last entry when the document was read.
-    """
-
-    lane: str
-    version: int | None
-    data: str | None
-    processed: int
-    tail: str | None
-
-
-def _version(raw: object, what: str) -> int:
-    text = _text(raw)
-    if text is None or not text.isascii() or not text.isdigit() or len(text) > 16 or int(text) > MAX_VERSION:
-        raise VerifyError(f"{what} is {str(raw)[:40]}, not an integer within 0..2**53")
-    return int(text)
-
-
-async def _command(redis: Client, key: str, *args: str | int) -> Any:
-    try:
-        return await redis.execute_command(*args, **_NEVER_DECODE)
-    except redis_exc.ResponseError as e:
-        if _wrong_type(e):
-            raise VerifyError(f"{key} holds the wrong type of value") from e
-        raise
-
-
-async def read_document_state(redis: Client, keys: Keys, lane: str) -> DocumentState:
-    """The stored document, the workers' progress and the stream's tail, in that order.
-
-    The order makes :func:`check_document` sound against concurrent writers and workers:
-    a signal committed after the history was read moves the tail (the commit writes the
-    signal and the progress at once), so a comparison is only made when the history read
-    is still the whole history.
-
-    Raises:
-        VerifyError: the document hash or the tracking hash holds something no writer or
-            worker stores (a version that is not an integer, text that is not UTF-8).
-    """
-    doc_key, track_key, stream = keys.doc(lane), keys.track(lane), keys.signals(lane)
-    raw_data, raw_version = await _command(redis, doc_key, "HMGET", doc_key, "data", "version")
-    version = None if raw_version is None else _version(raw_version, f"{doc_key} field version")
-    data = None if raw_data is None else _text(raw_data)
-    if raw_data is not None and data is None:
-        raise VerifyError(f"{doc_key} field data is not UTF-8 text")
-    processed_raw = await _command(redis, track_key, "HGET", track_key, "wv")
-    processed = 0 if processed_raw is None else _version(processed_raw, f"{track_key} field wv")
-    tail = await _command(redis, stream, "XREVRANGE", stream, "+", "-", "COUNT", 1)
-    return DocumentState(lane, version, data, processed, _text(tail[0][0]) if tail else None)
-
-
-def check_document(last: Materialised, state: DocumentState) -> str:
-    """Check the lane's latest signal against the stored document; returns a one-line note.
-
-    Rules (``W`` the signal's writeVersion, ``D`` the document's version, ``P`` the
-    version the workers have processed):
-
-    * the signal must carry a writeVersion, and ``W <= D``; the lane must have a document;
-    * ``W == D``: its rebuilt text must equal the document trimmed with ``js_trim``;
-    * ``W < D`` and ``P >= D`` (caught up): the writes after ``W`` produced no signal, so
-      they left the text unchanged (dedup): the text must still equal the document, except
-      that an empty document never has a signal;
-    * ``W < D`` and ``P < D``: the workers are behind: that is reported, not a failure,
-      and the text is not compared;
-    * the stream changed after the history was read: not compared (reported).
-
-    Raises:
-        VerifyError: the signal disagrees with the document (names the entry).
-    """
-    s = last.signal
-    where = f"entry {last.entry_id} (version {s.version}, {s.mode})"
-    if state.tail != last.entry_id:
-        return "the lane changed while it was read: the latest signal was not compared with the document"
-    if state.version is None or state.data is None:
-        raise VerifyError(f"{where}: the lane has no stored document, so no worker signalled this text")
-    doc = state.version
-    if s.write_version is None:
-        raise VerifyError(f"{where}: no writeVersion, so it is no worker's signal of the stored document")
-    if s.write_version > doc:
-        raise VerifyError(f"{where}: writeVersion {s.write_version} is beyond the document's version {doc}")
-    text = js_trim(state.data)
-    if s.write_version == doc:
-        if last.value != text:
-            raise VerifyError(f"{where}: its text differs from the stored document (version {doc})")
-        return f"latest signal v{s.version} matches the stored document (version {doc})"
-    if state.processed < doc:
-        return (f"workers behind: document at version {doc}, processed up to {state.processed}; latest signal "
-                f"v{s.version} is from write version {s.write_version}: not compared with the document")
-    if not text:
-        return f"document version {doc} is empty (empty data has no signal); latest signal v{s.version} not compared"
-    if last.value != text:
-        raise VerifyError(f"{where}: its text differs from the stored document (version {doc}, which the workers "
-                          f"have processed up to {state.processed})")
-    return (f"latest signal v{s.version} matches the stored document (version {doc}; writes "
-            f"{s.write_version + 1}..{doc} left the text unchanged)")
-
-
-async def read_verifiable(
-    redis: Client, keys: Keys, lane: str, *, signer: Signer | None = None, attempts: int = 5
-) -> tuple[list[tuple[str, Signal]], DocumentState]:
-    """The lane's history and the document state read just after it, retried while the
-    stream moves between the two reads (a busy lane), at most ``attempts`` times."""
-    for _ in range(attempts - 1):
-        signals = await read_signals(redis, keys, lane, signer=signer)
-        state = await read_document_state(redis, keys, lane)
-        if state.tail == (signals[-1][0] if signals else None):
-            return signals, state
-    signals = await read_signals(redis, keys, lane, signer=signer)
-    return signals, await read_document_state(redis, keys, lane)
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    """What :func:`verify_lane` checked."""
-
-    signals: int
-    first_version: int
-    last_version: int
-    document: str
-
-
-async def verify_lane(redis: Client, keys: Keys, lane: str, *, signer: Signer | None = None) -> VerifyReport:
-    """Verify a lane end to end: every entry, the chain, every cacheKey, and the latest
-    signal against the stored document (:func:`check_document`).
-
-    Raises:
-        InvalidInputError: the lane has no retained signals.
-        VerifyError: the first problem found, naming the entry.
-    """
-    signals, state = await read_verifiable(redis, keys, lane, signer=signer)
-    if not signals:
-        raise InvalidInputError(f"no signals retained for lane {lane!r}")
-    items = list(materialise(signals, lane=lane))
-    note = check_document(items[-1], state)
-    return VerifyReport(len(items), items[0].signal.version, items[-1].signal.version, note)
-

@@ -27,9 +27,10 @@ from signals.errors import CorruptDataError, VerifyError
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.progress import lane_versions
-from signals.streams.replay import materialise, read_signals, verify_lane
+from signals.streams.replay import materialise, read_signals
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
+from signals.streams.verify import verify_lane
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.cli import main as cli_main
 from workers.embedded import RedisServer
