@@ -43,6 +43,7 @@ __all__ = (
     "decode_entry",
     "iter_signals",
     "materialise",
+    "raw_command",
     "read_signals",
     "signal_problem",
     "text_problem",
@@ -94,13 +95,15 @@ def _wrong_type(e: redis_exc.ResponseError) -> bool:
     return str(e).startswith("WRONGTYPE")
 
 
-async def _stream_command(redis: Client, key: str, args: list[str | int]) -> Any:
-    """Run a stream read on ``key`` undecoded; a key of another type is corrupt data."""
+async def raw_command(redis: Client, key: str, args: list[str | int], *, kind: str = "a stream") -> Any:
+    """Run a read of ``key`` with its reply left undecoded (bytes); a key of another type
+    is corrupt data (:class:`~signals.errors.CorruptDataError` naming the key and the
+    ``kind`` it should be)."""
     try:
         return await redis.execute_command(*args, **_NEVER_DECODE)
     except redis_exc.ResponseError as e:
         if _wrong_type(e):
-            raise CorruptDataError(f"{key} is not a stream") from e
+            raise CorruptDataError(f"{key} is not {kind}") from e
         raise
 
 
@@ -115,7 +118,7 @@ async def xrange_entries(
     args: list[str | int] = ["XRANGE", key, start, end]
     if count is not None:
         args += ["COUNT", count]
-    reply = await _stream_command(redis, key, args)
+    reply = await raw_command(redis, key, args)
     return [_raw_entry(entry) for entry in reply or []]
 
 
@@ -131,7 +134,7 @@ async def xread_entries(
     if block is not None:
         args += ["BLOCK", block]
     args += ["STREAMS", key, last_id]
-    reply = await _stream_command(redis, key, args)
+    reply = await raw_command(redis, key, args)
     return [_raw_entry(entry) for _, entries in reply or [] for entry in entries]
 
 

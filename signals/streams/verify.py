@@ -13,21 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from redis import exceptions as redis_exc
-
 from signals.core.cachekey import js_trim
 from signals.core.models import Signal
 from signals.core.signing import Signer
-from signals.errors import InvalidInputError, VerifyError
+from signals.errors import CorruptDataError, InvalidInputError, VerifyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.replay import (
-    _NEVER_DECODE,
     MAX_VERSION,
     Materialised,
     _text,
-    _wrong_type,
     materialise,
+    raw_command,
     read_signals,
 )
 
@@ -62,11 +59,9 @@ def _version(raw: object, what: str) -> int:
 
 async def _command(redis: Client, key: str, *args: str | int) -> Any:
     try:
-        return await redis.execute_command(*args, **_NEVER_DECODE)
-    except redis_exc.ResponseError as e:
-        if _wrong_type(e):
-            raise VerifyError(f"{key} holds the wrong type of value") from e
-        raise
+        return await raw_command(redis, key, list(args), kind="the type wm-signals keeps there")
+    except CorruptDataError as e:  # verification reports it as a failed check
+        raise VerifyError(str(e)) from e
 
 
 async def read_document_state(redis: Client, keys: Keys, lane: str) -> DocumentState:
