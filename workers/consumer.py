@@ -46,6 +46,8 @@ __all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")
 log = structlog.get_logger(__name__)
 _MAX_RECOMPUTE = 50
 _LANE_PREFIX = {"resource": "r:", "thread": "t:"}
+#: The largest write event decoded (an honest one holds one document, 64 KiB by default).
+MAX_EVENT_CHARS = 4 * 1024 * 1024
 #: The write-event field naming the lane's previous event (set by the write script).
 PREV_FIELD = "p"
 
@@ -116,7 +118,9 @@ class Consumer:
             try:
                 await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
             except redis_exc.ResponseError as e:
-                if "BUSYGROUP" not in str(e):
+                if "WRONGTYPE" in str(e):  # left out of the reads (see readable)
+                    log.error("worker.partition_unreadable", stream=stream, error=str(e))  # noqa: TRY400
+                elif "BUSYGROUP" not in str(e):
                     raise
 
     def stream_groups(self) -> list[list[str]]:
@@ -217,8 +221,8 @@ class Consumer:
                 event, prev = self._decode(fields, partition)
             except (KeyError, ValueError, TypeError, WmSignalsError, msgspec.DecodeError,
                     msgspec.ValidationError) as e:
-                await self._dead_letter(partition, entry_id, _printable(fields), f"poison: {_text(e)}", 1)
-                stats.dead_letters += 1
+                stats.dead_letters += await self._dead_letter(partition, entry_id, _printable(fields),
+                                                              f"poison: {_text(e)}", 1)
                 continue
             entries.append(Pending(partition, entry_id, event, prev))
         force: dict[str, str] = {}
@@ -233,7 +237,10 @@ class Consumer:
 
     def _decode(self, fields: dict[str, str], partition: int) -> tuple[WriteEvent, str | None]:
         """Decode and check one write event on its own (and its chain link); raises on poison."""
-        event = decode_write(fields[FIELD])
+        raw = fields[FIELD]
+        if len(raw) > MAX_EVENT_CHARS:  # bounded work: an honest event holds one document
+            raise ValueError(f"the event is {len(raw):,} characters, over {MAX_EVENT_CHARS:,}")
+        event = decode_write(raw)
         prev = fields.get(PREV_FIELD)
         if prev and not is_stream_id(prev):
             raise ValueError(f"field {PREV_FIELD} is {prev[:40]!r}, not a stream id")
@@ -276,8 +283,8 @@ class Consumer:
             commit, poison = plan
             lane_entries = by_lane[lane]
             for entry, reason in poison:
-                await self._dead_letter(entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)}, reason, 1)
-                stats.dead_letters += 1
+                stats.dead_letters += await self._dead_letter(entry.partition, entry.entry_id,
+                                                              {FIELD: encode_json(entry.event)}, reason, 1)
             if commit.entries or commit.state.repair:
                 per_partition[lane_entries[0].partition].append(commit)
         force.clear()
@@ -364,24 +371,40 @@ class Consumer:
         """Count a processing failure; dead-letter the event after ``max_attempts``."""
         if is_whole_server(error):
             raise error
-        attempts = int(await self.redis.hincrby(self.keys.failures(entry.partition), entry.entry_id, 1))
+        try:
+            attempts = int(await self.redis.hincrby(self.keys.failures(entry.partition), entry.entry_id, 1))
+        except (redis_exc.ResponseError, ValueError) as e:  # a failure count that cannot be kept
+            if is_whole_server(e):
+                raise
+            attempts = self.options.max_attempts
         log.warning("worker.event_failed", entry_id=entry.entry_id, attempts=attempts,
                     error=f"{type(error).__name__}: {_text(error)}")
-        if attempts >= self.options.max_attempts:
-            await self._dead_letter(entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)},
-                                    f"failed {attempts} times: {type(error).__name__}: {_text(error)}", attempts)
+        if attempts >= self.options.max_attempts and await self._dead_letter(
+                entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)},
+                f"failed {attempts} times: {type(error).__name__}: {_text(error)}", attempts):
             stats.dead_letters += 1
 
     async def _dead_letter(
         self, partition: int, entry_id: str, fields: dict[str, str], error: str, attempts: int
-    ) -> None:
+    ) -> bool:
+        """Move an entry to its partition's dead-letter stream; ``False`` when Redis refused
+        (a dead-letter stream of another type, say): the entry then stays pending, is
+        reclaimed later, and no other entry waits for it."""
         letter = DeadLetter(stream=self.keys.writes(partition), entry_id=entry_id, fields=fields,
                             error=error, attempts=attempts, at=now_iso())
-        await self._dead(
-            keys=[self.keys.writes(partition), self.keys.dead_letters(partition), self.keys.failures(partition)],
-            args=[GROUP, entry_id, encode_json(letter), self.options.dead_letter_maxlen],
-        )
+        try:
+            await self._dead(
+                keys=[self.keys.writes(partition), self.keys.dead_letters(partition), self.keys.failures(partition)],
+                args=[GROUP, entry_id, encode_json(letter), self.options.dead_letter_maxlen],
+            )
+        except redis_exc.ResponseError as e:
+            if is_whole_server(e):
+                raise
+            log.error("worker.dead_letter_failed", partition=partition, entry_id=entry_id, reason=error,  # noqa: TRY400
+                      error=_text(e))
+            return False
         log.warning("worker.dead_lettered", partition=partition, entry_id=entry_id, error=error)
+        return True
 
 
 def _printable(fields: dict[str, str]) -> dict[str, str]:

@@ -32,7 +32,7 @@ from anyio.abc import TaskStatus
 from redis import exceptions as redis_exc
 
 from signals.core.signing import Signer
-from signals.errors import RedisUnavailableError
+from signals.errors import GroupMissingError, RedisUnavailableError
 from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.namespace import check_namespace
@@ -128,12 +128,16 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
             if raw:
                 ahead = await consumer.process_and_read(raw, None if stop.is_set() else active)
             backoff.ok()
+        except GroupMissingError as e:  # a write stream deleted under us: its group goes with it
+            ahead, drain = [], True
+            log.warning("worker.group_recreated", error=str(e))
+            await consumer.ensure_groups()
         except redis_exc.RedisError as e:
             ahead = []  # read but unprocessed: still pending, drain_pending reads them again
             drain = True
             if is_whole_server(e):
                 await _wait(backoff, e)
-            elif "WRONGTYPE" in str(e):
+            elif "WRONGTYPE" in str(e) or "UNBLOCKED" in str(e):  # a write stream retyped or deleted
                 active, checked = await consumer.readable(streams), time.monotonic()
                 if not active:
                     await _wait(backoff, e)

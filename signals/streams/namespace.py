@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import cast
 
+from redis import exceptions as redis_exc
+
 from signals.errors import CorruptDataError, NamespaceMismatchError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
@@ -28,10 +30,15 @@ async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> 
         CorruptDataError: the stored value is not a partition count.
     """
     key = keys.config()
-    stored = cast(str | None, await redis.hget(key, "partitions"))
-    if stored is None and record:  # read first: a full (noeviction) Redis refuses HSETNX even as a no-op
-        await redis.hsetnx(key, "partitions", keys.partitions)
+    try:
         stored = cast(str | None, await redis.hget(key, "partitions"))
+        if stored is None and record:  # read first: a full (noeviction) Redis refuses HSETNX even as a no-op
+            await redis.hsetnx(key, "partitions", keys.partitions)
+            stored = cast(str | None, await redis.hget(key, "partitions"))
+    except redis_exc.ResponseError as e:
+        if "WRONGTYPE" not in str(e):
+            raise
+        raise CorruptDataError(f"{key} is not a hash: the namespace's settings cannot be read") from e
     if stored is None:
         return
     if not stored.isdigit() or not 1 <= int(stored) <= 4096:

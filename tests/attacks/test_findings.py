@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from signals.core.codec import FIELD, decode_dead_letter, decode_signal, encode_json
 from signals.core.models import WriteEvent
-from signals.errors import NamespaceMismatchError
+from signals.errors import CorruptDataError, NamespaceMismatchError
 from signals.streams.keys import Keys
 from signals.streams.namespace import check_namespace
 from signals.streams.store import WorkingMemoryStore
@@ -258,3 +258,89 @@ async def test_snapshot_after_a_forged_tail_is_numbered_past_it(
     last = decode_signal(fields[FIELD])
     assert (last.mode, last.value) == ("snapshot", "# Tail\n- two")
     assert last.version == forged.version + 2
+
+
+def _other_partition_lane(keys: Keys, partition: int) -> str:
+    """A resource id whose lane is not in ``partition``."""
+    return next(f"o{i}" for i in range(1000) if keys.partition(f"r:o{i}") != partition)
+
+
+async def test_dead_letter_stream_of_another_type_holds_up_nothing(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A partition's dead-letter stream replaced by a string: the poison entry that cannot
+    be dead-lettered stays pending (it made the batch raise, and every batch after it),
+    every other lane goes on, and once the key is fixed the entry is dead-lettered."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("same", "# Same partition\n- one")
+    p = keys.partition("r:same")
+    other = _other_partition_lane(keys, p)
+    await redis.set(keys.dead_letters(p), "not a stream")
+    poison_id = await redis.xadd(keys.writes(p), {FIELD: "{not json"})
+    async with running_workers(redis_server.url, keys, 1):
+        await store.replace("same", "# Same partition\n- two")
+        await store.replace(other, "# Other partition\n- one")
+        await wait_caught_up(redis, keys)
+        assert (await check_lane(redis, keys, "r:same"))[-1].value == "# Same partition\n- two"
+        assert (await check_lane(redis, keys, f"r:{other}"))[-1].value == "# Other partition\n- one"
+        await redis.delete(keys.dead_letters(p))
+        with anyio.fail_after(15):  # reclaimed after claim_idle_ms, then dead-lettered
+            while not await redis.xlen(keys.dead_letters(p)):
+                await anyio.sleep(0.05)
+    [(_, fields)] = await redis.xrange(keys.dead_letters(p))
+    assert decode_dead_letter(fields[FIELD]).entry_id == poison_id
+
+
+async def test_write_stream_of_another_type_stops_only_its_partition(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A partition's write stream deleted under a blocked read (Redis answers UNBLOCKED,
+    which ended the worker) and replaced by a string (which failed every XREADGROUP naming
+    it, so every partition read with it): the worker leaves it out and goes on."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("first", "# First")
+    p = keys.partition("r:first")
+    other = _other_partition_lane(keys, p)
+    async with running_workers(redis_server.url, keys, 1):
+        await wait_caught_up(redis, keys)
+        await redis.delete(keys.writes(p))
+        await redis.set(keys.writes(p), "not a stream")
+        await store.replace(other, "# Other partition\n- still signalled")
+        with anyio.fail_after(15):
+            while not await redis.exists(keys.signals(f"r:{other}")):
+                await anyio.sleep(0.05)
+    assert (await check_lane(redis, keys, f"r:{other}"))[-1].value == "# Other partition\n- still signalled"
+
+
+async def test_oversized_write_event_is_poison(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """An event far larger than any document (5 MB appended by hand) is dead-lettered
+    before it is decoded, with its size as the reason."""
+    lane = "r:big"
+    await WorkingMemoryStore(redis, keys=keys).replace("big", "# Big")
+    await redis.xadd(keys.writes(keys.partition(lane)), {FIELD: encode_json(_forged(lane, 1, "#" * 5_000_000))})
+    async with running_workers(redis_server.url, keys, 1):
+        letters = await _wait_letters(redis, keys, 1)
+    reason = letters[0][:200]
+    assert "characters, over" in reason, reason
+    assert reason.startswith("poison"), reason
+
+
+async def test_namespace_settings_of_another_type_are_named(redis: Redis, keys: Keys) -> None:
+    """A config key that is not a hash is CorruptDataError naming it, not a bare WRONGTYPE."""
+    await redis.set(keys.config(), "junk")
+    with pytest.raises(CorruptDataError, match=keys.config()):
+        await check_namespace(redis, keys)
+
+
+async def test_deleted_write_stream_gets_its_group_back(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """A write stream deleted while the worker runs (its consumer group goes with it: NOGROUP
+    was fatal): the worker recreates the group and signals the partition's next writes."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("again", "# Again\n- one")
+    async with running_workers(redis_server.url, keys, 1):
+        await wait_caught_up(redis, keys)
+        await redis.delete(keys.writes(keys.partition("r:again")))
+        await anyio.sleep(0.2)
+        await store.replace("again", "# Again\n- two")
+        await wait_caught_up(redis, keys, limit_s=20)
+    assert (await check_lane(redis, keys, "r:again"))[-1].value == "# Again\n- two"

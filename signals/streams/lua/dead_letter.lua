@@ -3,5 +3,5 @@
 -- ARGV: 1 group, 2 entry id, 3 dead letter json, 4 dead-letter stream max length
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'e', ARGV[3])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('HDEL', KEYS[3], ARGV[2])
+redis.pcall('HDEL', KEYS[3], ARGV[2]) -- a failure count that cannot be cleared must not undo the rest
 return 1
