@@ -1,0 +1,72 @@
+"""Review findings (worker trust boundary and the lane invariant), each a failing test
+against a real redis-server, marked xfail(strict) until fixed."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from signals.core.codec import FIELD, decode_signal
+from signals.core.lane import LaneOptions
+from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import running_workers, wait_caught_up
+from workers.commit import plan_lane, run_commits
+from workers.consumer import Consumer, ConsumerOptions
+from workers.embedded import RedisServer
+from workers.lane_state import Pending, load_documents, read_lanes, walk_chains
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+
+async def _pendings(consumer: Consumer, redis: Redis, keys: Keys, lane: str) -> list[Pending]:
+    partition = keys.partition(lane)
+    out = []
+    for entry_id, fields in await redis.xrange(keys.writes(partition)):
+        event, prev = consumer._decode(fields, partition)
+        if event.lane == lane:
+            out.append(Pending(partition, entry_id, event, prev))
+    return out
+
+
+async def _plan(consumer: Consumer, redis: Redis, keys: Keys, lane: str, entries: list[Pending]):
+    """One worker's read + plan of a lane, exactly as Consumer._compute_and_commit does it."""
+    states = await read_lanes(redis, keys, consumer._cache, {lane: keys.partition(lane)}, {})
+    known: dict[str, set[str]] = {}
+    await walk_chains(redis, keys, consumer._chain, states, by_lane={lane: entries}, known=known)
+    plan = plan_lane(lane, states[lane], entries, options=LaneOptions(), now="2024-01-01T00:00:00Z", signer=None,
+                     known=known.get(lane, frozenset()))
+    if plan is None:  # needs the document's text
+        await load_documents(redis, keys, states, [lane])
+        plan = plan_lane(lane, states[lane], entries, options=LaneOptions(), now="2024-01-01T00:00:00Z",
+                         signer=None, known=known.get(lane, frozenset()))
+    assert plan is not None
+    return plan[0]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "commit.lua's repair branch compares only the tracking's wv (not v): two workers that both "
+    "repair a corrupt tracking whose wv equals the document's version both pass the CAS and "
+    "append a snapshot with the same lane version"))
+async def test_two_workers_repairing_one_lane_do_not_repeat_a_version(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    store = WorkingMemoryStore(redis, keys=keys)
+    lane = "r:rep"
+    await store.replace("rep", "# Rep\n- one")
+    async with running_workers(redis_server.url, keys, 1):
+        await wait_caught_up(redis, keys)
+    # a non-worker corrupts the tracking: a partial hash (the lane is repaired)
+    await redis.hdel(keys.track(lane), "n")
+    a = Consumer(redis, keys, ConsumerOptions(), "a")
+    b = Consumer(redis, keys, ConsumerOptions(), "b")
+    entries_a = await _pendings(a, redis, keys, lane)  # both hold the write event (one reclaimed it)
+    entries_b = await _pendings(b, redis, keys, lane)
+    ca = await _plan(a, redis, keys, lane, entries_a)
+    cb = await _plan(b, redis, keys, lane, entries_b)
+    partition = keys.partition(lane)
+    [ra], _ = await run_commits(redis, keys, a._commit, [(partition, [ca])], keep=3)
+    [rb], _ = await run_commits(redis, keys, b._commit, [(partition, [cb])], keep=3)
+    versions = [decode_signal(f[FIELD]).version for _, f in await redis.xrange(keys.signals(lane))]
+    assert versions == sorted(set(versions)), f"lane versions repeat: {versions} (statuses {ra}, {rb})"
+
