@@ -94,7 +94,7 @@ SCRIPTS: Mapping[str, Script] = {
     "thread": Script(("thread",), {"thread": ("hget", "hset")}),
     # KEYS: writes, then per lane: trk, sig, snaps (type-checked; mistyped ones deleted)
     "commit": Script(("writes", "trk", "sig", "snaps"), {
-        "writes": ("xack",), "trk": ("type", "del", "hget", "hmget", "hset"),
+        "writes": ("xack",), "trk": ("type", "del", "hmget", "hset"),
         "sig": ("type", "del", "xrevrange", "xadd", "xtrim"),
         "snaps": ("type", "del", "rpush", "llen", "lpop", "lindex")}),
     # KEYS: writes (read-only walk of a lane's event chain)

@@ -1,5 +1,5 @@
 """Review findings (worker trust boundary and the lane invariant), each a failing test
-against a real redis-server, marked xfail(strict) until fixed."""
+against a real redis-server (each failed before its fix)."""
 
 from __future__ import annotations
 
@@ -44,13 +44,11 @@ async def _plan(consumer: Consumer, redis: Redis, keys: Keys, lane: str, entries
     return plan[0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "commit.lua's repair branch compares only the tracking's wv (not v): two workers that both "
-    "repair a corrupt tracking whose wv equals the document's version both pass the CAS and "
-    "append a snapshot with the same lane version"))
 async def test_two_workers_repairing_one_lane_do_not_repeat_a_version(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
+    """Two workers repairing one corrupt tracking whose wv equals the document's version:
+    the repair branch of the commit compared wv only, so both appended version 2."""
     store = WorkingMemoryStore(redis, keys=keys)
     lane = "r:rep"
     await store.replace("rep", "# Rep\n- one")

@@ -59,10 +59,15 @@ for i, lane in ipairs(lanes) do
       if mistyped(key, wanted[j]) then bad[#bad + 1] = key end
     end
     if #bad > 0 then redis.call('DEL', unpack(bad)) end
-    local current = redis.call('HGET', trk, 'wv') or ''
-    if lane.expected == '!type' and bad[1] == trk then current = '!type' end
-    if lane.expected == '!junk' then current = '!junk' end -- a value JSON cannot carry: replaced
-    if current ~= lane.expected then status = {'conflict'} end
+    local cur = redis.call('HMGET', trk, 'wv', 'v')
+    local current, current_v = cur[1] or '', cur[2] or ''
+    if lane.expected == '!type' and bad[1] == trk then current, current_v = '!type', lane.expected_v end
+    if lane.expected == '!junk' then
+      -- a value JSON cannot carry: replaced, unless a worker has written a clean one meanwhile
+      if string.match(current, '^%d*$') then status = {'conflict'} end
+    elseif current ~= lane.expected or (lane.expected_v ~= '!junk' and current_v ~= lane.expected_v) then
+      status = {'conflict'} -- wv and v: another worker's repair keeps wv but moves v
+    end
   else
     -- the usual path: a key of another type shows as an error of the command that reads it
     local cur = redis.pcall('HMGET', trk, 'wv', 'v')
