@@ -51,8 +51,11 @@ def _is_utf8(text: str) -> bool:
 
 
 def is_stream_id(value: str) -> bool:
-    """Whether ``value`` is a Redis stream id (``<ms>-<seq>``)."""
-    return _STREAM_ID.fullmatch(value) is not None
+    """Whether ``value`` is a Redis stream id (``<ms>-<seq>``, each part a 64-bit unsigned integer)."""
+    if _STREAM_ID.fullmatch(value) is None:
+        return False
+    ms, _, seq = value.partition("-")
+    return int(ms) < 2**64 and int(seq) < 2**64
 
 
 def parse_version(raw: object, what: str) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from signals.core.lane import LaneDocument, LaneOptions, LaneTracking
+from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, is_stream_id
 from signals.core.models import WriteEvent
 from workers.commit import event_chain, plan_lane
 from workers.lane_state import LaneState, Pending
@@ -71,3 +71,11 @@ def test_event_beyond_the_document_is_poison() -> None:
                      [_pending("1-2", 2, "1-1")], options=LaneOptions(), now="t", signer=None)
     assert plan is not None
     assert "beyond the document's version 1" in plan[1][0][1]
+
+
+def test_stream_ids_are_bounded_like_redis_ids() -> None:
+    """Twenty digits pass the pattern but not Redis: such an id in a document index made
+    the chain walk of its whole partition fail."""
+    assert is_stream_id("18446744073709551615-18446744073709551615")
+    assert not is_stream_id("99999999999999999999-0")
+    assert not is_stream_id("1-99999999999999999999")

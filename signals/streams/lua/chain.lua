@@ -16,7 +16,9 @@ for i, lane in ipairs(lanes) do
   for _ = 1, limit do
     if stops[cursor] then reached = cursor break end
     path[#path + 1] = cursor
-    local entry = redis.call('XRANGE', KEYS[1], cursor, cursor)[1]
+    local reply = redis.pcall('XRANGE', KEYS[1], cursor, cursor)
+    if reply.err then break end -- an id Redis refuses: this lane's walk ends, the others go on
+    local entry = reply[1]
     if entry == nil then break end
     local fields, prev = entry[2], nil
     for f = 1, #fields, 2 do
