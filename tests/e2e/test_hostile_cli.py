@@ -1,0 +1,180 @@
+"""Hostile Redis contents at the CLI: keys of the wrong type must be exit 2 with one stderr line.
+
+Each test corrupts one key of a fresh namespace the way a hostile writer or a careless
+operator could, then runs a read command as a user runs it (``python -m workers ...``).
+The promise (README "Commands"): malformed data read from Redis is bad input, exit 2, one
+line on stderr naming what is wrong, never a traceback, never a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+import zlib
+from pathlib import Path
+
+import pytest
+import redis as redis_sync
+
+from signals.streams.keys import Keys
+from workers.embedded import RedisServer
+
+ROOT = Path(__file__).parents[2]
+PARTITIONS = 16
+
+
+def wm(url: str, ns: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "workers", *args, "--redis-url", url, "--namespace", ns],
+                          cwd=ROOT, capture_output=True, timeout=timeout, check=False, env=dict(os.environ))
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                                       proc.stderr.decode("utf-8", "replace"))
+
+
+def assert_bad_input(proc: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("wm-signals: "), lines[0]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+
+
+@pytest.fixture
+def setup(redis_server: RedisServer):
+    """A fresh namespace holding one resource lane and one thread lane, and a sync client."""
+    ns = "h" + uuid.uuid4().hex[:10]
+    url = redis_server.url
+    for args in (("write", "--resource", "alice", "--markdown", "# Alice\n- tea"),
+                 ("write", "--resource", "alice", "--thread", "t1", "--scope", "thread", "--markdown", "hi")):
+        proc = wm(url, ns, *args)
+        assert proc.returncode == 0, proc.stderr
+    client = redis_sync.Redis.from_url(url)
+    yield url, ns, Keys(namespace=ns, partitions=PARTITIONS), client
+    client.close()
+
+
+def part(lane: str) -> int:
+    return zlib.crc32(lane.encode()) % PARTITIONS
+
+
+def clobber(client: redis_sync.Redis, key: str) -> None:
+    client.delete(key)
+    client.set(key, b"\xff junk")
+
+
+@pytest.mark.xfail(strict=True, reason="inspect: a partition lanes key of the wrong type is exit 1 "
+                                       "'Redis: WRONGTYPE ...' (no key named), not exit 2")
+def test_inspect_lanes_key_wrong_type(setup) -> None:
+    url, ns, keys, client = setup
+    clobber(client, keys.lanes(part("r:alice")))
+    assert_bad_input(wm(url, ns, "inspect"))
+
+
+@pytest.mark.xfail(strict=True, reason="inspect --json: a write stream that is a string is exit 1 "
+                                       "'Redis: WRONGTYPE ...', not exit 2")
+def test_inspect_writes_key_wrong_type(setup) -> None:
+    url, ns, keys, client = setup
+    clobber(client, keys.writes(part("r:alice")))
+    assert_bad_input(wm(url, ns, "inspect", "--json"))
+
+
+@pytest.mark.xfail(strict=True, reason="inspect: a dead-letter key that is a hash is exit 1 "
+                                       "'Redis: WRONGTYPE ...', not exit 2")
+def test_inspect_dlq_key_wrong_type(setup) -> None:
+    url, ns, keys, client = setup
+    client.hset(keys.dead_letters(3), "x", b"\xff")
+    assert_bad_input(wm(url, ns, "inspect"))
+
+
+@pytest.mark.xfail(strict=True, reason="dlq list: a dead-letter key that is a string is exit 1 "
+                                       "'Redis: WRONGTYPE ...', not exit 2")
+def test_dlq_list_dlq_key_wrong_type(setup) -> None:
+    url, ns, keys, client = setup
+    clobber(client, keys.dead_letters(5))
+    assert_bad_input(wm(url, ns, "dlq", "list"))
+
+
+@pytest.mark.xfail(strict=True, reason="dlq show: a dead-letter key that is a string is exit 1 "
+                                       "'Redis: WRONGTYPE ...', not exit 2")
+def test_dlq_show_dlq_key_wrong_type(setup) -> None:
+    url, ns, keys, client = setup
+    clobber(client, keys.dead_letters(0))
+    assert_bad_input(wm(url, ns, "dlq", "show", "5-0"))
+
+
+@pytest.mark.xfail(strict=True, reason="dlq requeue: the partition write stream is a string; the "
+                                       "requeue script fails with exit 1 'Redis: WRONGTYPE ... script: <sha>, "
+                                       "on @user_script:7.', not exit 2")
+def test_dlq_requeue_writes_key_wrong_type(setup) -> None:
+    url, ns, keys, client = setup
+    from signals.core.codec import encode_json
+    from signals.core.models import DeadLetter
+    p = part("r:alice")
+    letter = DeadLetter(stream=keys.writes(p), entry_id="1-0", fields={"e": "{}"}, error="boom", attempts=3)
+    client.xadd(keys.dead_letters(p), {"e": encode_json(letter)}, id="5-0")
+    clobber(client, keys.writes(p))
+    assert_bad_input(wm(url, ns, "dlq", "requeue", "5-0"))
+
+
+@pytest.mark.xfail(strict=True, reason="write --thread: the thread's owner record is a string; exit 1 "
+                                       "'Redis: WRONGTYPE ...', not exit 2")
+def test_write_thread_record_wrong_type(setup) -> None:
+    url, ns, keys, client = setup
+    clobber(client, keys.thread("t1"))
+    assert_bad_input(wm(url, ns, "write", "--thread", "t1", "--markdown", "y"))
+
+
+@pytest.mark.xfail(strict=True, reason="replay: a signal stream key that is a string is exit 1 "
+                                       "('signal stream of r:alice: ... is not a stream', a VerifyError), not exit 2")
+def test_replay_signal_key_wrong_type(setup) -> None:
+    url, ns, keys, client = setup
+    clobber(client, keys.signals("r:alice"))
+    assert_bad_input(wm(url, ns, "replay", "--resource", "alice"))
+
+
+@pytest.mark.xfail(strict=True, reason="subscribe --from-start --count 1 on a signal key that is a string "
+                                       "never ends: it logs subscribe.not_a_stream on stderr every second")
+def test_subscribe_signal_key_wrong_type_hangs(setup) -> None:
+    url, ns, keys, client = setup
+    clobber(client, keys.signals("r:alice"))
+    try:
+        proc = wm(url, ns, "subscribe", "--resource", "alice", "--from-start", "--count", "1", timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("subscribe hung for 20 s on a signal key of the wrong type")
+    assert_bad_input(proc)
+
+
+@pytest.mark.xfail(strict=True, reason="dlq show: a dead letter without its 'e' field is exit 1 "
+                                       "'unexpected error (KeyError): 'e'', not exit 2")
+def test_dlq_show_entry_missing_field(setup) -> None:
+    url, ns, keys, client = setup
+    client.xadd(keys.dead_letters(part("r:alice")), {"x": b"\xff"}, id="5-1")
+    assert_bad_input(wm(url, ns, "dlq", "show", "5-1"))
+
+
+@pytest.mark.xfail(strict=True, reason="dlq drop: a dead letter without its 'e' field is exit 1 "
+                                       "'unexpected error (KeyError): 'e'', not exit 2 (and cannot be dropped)")
+def test_dlq_drop_entry_missing_field(setup) -> None:
+    url, ns, keys, client = setup
+    client.xadd(keys.dead_letters(part("r:alice")), {"x": b"\xff"}, id="5-1")
+    assert_bad_input(wm(url, ns, "dlq", "drop", "5-1"))
+
+
+@pytest.mark.xfail(strict=True, reason="dlq show ID with an id that is not a stream id is exit 1 "
+                                       "'Redis: Invalid stream ID specified as stream command argument', not exit 2")
+def test_dlq_show_id_not_a_stream_id(setup) -> None:
+    url, ns, keys, client = setup
+    assert_bad_input(wm(url, ns, "dlq", "show", "abc"))
+
+
+@pytest.mark.xfail(strict=True, reason="dlq requeue of a well-formed dead letter with empty 'fields' is exit 1 "
+                                       "'Redis: Wrong number of args calling Redis command from script ...', not exit 2")
+def test_dlq_requeue_empty_fields(setup) -> None:
+    url, ns, keys, client = setup
+    from signals.core.codec import encode_json
+    from signals.core.models import DeadLetter
+    p = part("r:alice")
+    letter = DeadLetter(stream=keys.writes(p), entry_id="zz", fields={}, error="e", attempts=-1)
+    client.xadd(keys.dead_letters(p), {"e": encode_json(letter)}, id="5-4")
+    assert_bad_input(wm(url, ns, "dlq", "requeue", "5-4"))
