@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
+from signals.core.codec import encode_json
+from signals.core.models import DeadLetter
 from signals.streams.keys import Keys
 from workers.embedded import RedisServer
 
@@ -108,8 +110,6 @@ def test_dlq_show_dlq_key_wrong_type(setup) -> None:
                                        "on @user_script:7.', not exit 2")
 def test_dlq_requeue_writes_key_wrong_type(setup) -> None:
     url, ns, keys, client = setup
-    from signals.core.codec import encode_json
-    from signals.core.models import DeadLetter
     p = part("r:alice")
     letter = DeadLetter(stream=keys.writes(p), entry_id="1-0", fields={"e": "{}"}, error="boom", attempts=3)
     client.xadd(keys.dead_letters(p), {"e": encode_json(letter)}, id="5-0")
@@ -164,16 +164,14 @@ def test_dlq_drop_entry_missing_field(setup) -> None:
 @pytest.mark.xfail(strict=True, reason="dlq show ID with an id that is not a stream id is exit 1 "
                                        "'Redis: Invalid stream ID specified as stream command argument', not exit 2")
 def test_dlq_show_id_not_a_stream_id(setup) -> None:
-    url, ns, keys, client = setup
+    url, ns, _, _ = setup
     assert_bad_input(wm(url, ns, "dlq", "show", "abc"))
 
 
 @pytest.mark.xfail(strict=True, reason="dlq requeue of a well-formed dead letter with empty 'fields' is exit 1 "
-                                       "'Redis: Wrong number of args calling Redis command from script ...', not exit 2")
+                                       "'Redis: Wrong number of args calling Redis command from script', not exit 2")
 def test_dlq_requeue_empty_fields(setup) -> None:
     url, ns, keys, client = setup
-    from signals.core.codec import encode_json
-    from signals.core.models import DeadLetter
     p = part("r:alice")
     letter = DeadLetter(stream=keys.writes(p), entry_id="zz", fields={}, error="e", attempts=-1)
     client.xadd(keys.dead_letters(p), {"e": encode_json(letter)}, id="5-4")
