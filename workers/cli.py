@@ -90,6 +90,14 @@ def _leaf(error: BaseException) -> BaseException:
     return error
 
 
+def _redis_error(error: redis_exc.RedisError) -> tuple[str, int]:
+    """A Redis refusal: a key holding the wrong type of value is corrupt data in Redis, that is
+    bad input like a corrupt document (exit 2); anything else is exit 1."""
+    if isinstance(error, redis_exc.ResponseError) and str(error).startswith("WRONGTYPE"):
+        return f"corrupt data in Redis (a key holds the wrong type of value): {error}", EXIT_BAD_INPUT
+    return f"Redis: {error}", EXIT_ERROR
+
+
 def _report(error: BaseException) -> int:
     """Print one line for ``error`` on stderr; the exit code it maps to."""
     error = _leaf(error)
@@ -105,7 +113,7 @@ def _report(error: BaseException) -> int:
     elif isinstance(error, OSError | WmSignalsError):
         message, code = str(error), EXIT_ERROR
     elif isinstance(error, redis_exc.RedisError):
-        message, code = f"Redis: {error}", EXIT_ERROR
+        message, code = _redis_error(error)
     elif isinstance(error, UnicodeError | RecursionError | msgspec.DecodeError):  # malformed data past a check
         message, code = f"malformed data ({type(error).__name__}): {error}", EXIT_BAD_INPUT
     elif isinstance(error, Exception):

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
+from redis import exceptions as redis_exc
 
 from signals.core.codec import FIELD, decode_dead_letter
+from signals.core.lane import is_stream_id
 from signals.core.models import DeadLetter
-from signals.errors import InvalidInputError
+from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client, lua, xrange
 from signals.streams.keys import Keys
 
@@ -44,14 +46,35 @@ class DeadLetters:
                 out.append(DeadLetterEntry(partition, entry_id, letter))
         return out[:limit]
 
-    async def get(self, dead_letter_id: str) -> DeadLetterEntry:
-        """One dead letter by id (ids are unique across partitions in practice)."""
+    async def _find(self, dead_letter_id: str) -> tuple[int, str, dict[str, str]]:
+        """Where a dead letter is, and its raw fields (checked by the caller)."""
+        if not is_stream_id(dead_letter_id):
+            raise InvalidInputError(f"dead letter id {dead_letter_id[:40]!r} is not a stream id (<ms>-<seq>)")
         for partition in range(self.keys.partitions):
-            entries = await xrange(self.redis, self.keys.dead_letters(partition), start=dead_letter_id,
-                                   end=dead_letter_id)
+            key = self.keys.dead_letters(partition)
+            try:
+                entries = await xrange(self.redis, key, start=dead_letter_id, end=dead_letter_id)
+            except redis_exc.ResponseError as e:
+                if "WRONGTYPE" not in str(e):
+                    raise
+                raise CorruptDataError(f"{key} is not a stream") from e
             if entries:
-                return DeadLetterEntry(partition, entries[0][0], decode_dead_letter(entries[0][1][FIELD]))
+                return partition, entries[0][0], entries[0][1]
         raise InvalidInputError(f"no dead letter {dead_letter_id!r}")
+
+    async def get(self, dead_letter_id: str) -> DeadLetterEntry:
+        """One dead letter by id (ids are unique across partitions in practice).
+
+        Raises:
+            InvalidInputError: no such dead letter, or an id that is not a stream id.
+            CorruptDataError: the entry is not a dead letter (``drop`` still removes it).
+        """
+        partition, entry_id, fields = await self._find(dead_letter_id)
+        try:
+            letter = decode_dead_letter(fields[FIELD])
+        except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise CorruptDataError(f"entry {entry_id} of partition {partition} is not a dead letter: {e!r}") from e
+        return DeadLetterEntry(partition, entry_id, letter)
 
     async def requeue(self, dead_letter_id: str) -> str:
         """Append the event back to its partition stream and delete the dead letter, once.
@@ -63,6 +86,8 @@ class DeadLetters:
         """
         entry = await self.get(dead_letter_id)
         pairs = [x for kv in entry.letter.fields.items() for x in kv]
+        if not pairs:
+            raise InvalidInputError(f"dead letter {dead_letter_id!r} holds no event fields to requeue")
         new_id = await self._requeue(keys=[self.keys.dead_letters(entry.partition),
                                            self.keys.writes(entry.partition)],
                                      args=[entry.id, *pairs])
@@ -71,6 +96,6 @@ class DeadLetters:
         return str(new_id)
 
     async def drop(self, dead_letter_id: str) -> None:
-        """Delete a dead letter."""
-        entry = await self.get(dead_letter_id)
-        await self.redis.xdel(self.keys.dead_letters(entry.partition), entry.id)
+        """Delete a dead letter, even one that does not decode (junk is what one drops)."""
+        partition, entry_id, _ = await self._find(dead_letter_id)
+        await self.redis.xdel(self.keys.dead_letters(partition), entry_id)
