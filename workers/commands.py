@@ -20,7 +20,7 @@ import pydantic
 from signals.core.codec import decode_json
 from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Scope
-from signals.errors import InvalidInputError
+from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.store import WorkingMemoryStore
 from workers.consumer import default_consumer_name
 from workers.logging import configure_logging
@@ -222,8 +222,13 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
 
         async with open_client(settings) as redis:
             key = settings.signing_key_bytes()
-            sub = Subscription(redis, settings.keys(), lane_id(scope, args.resource, args.thread),
-                               block_ms=1000, signer=Signer(key) if key else None)
+            lane = lane_id(scope, args.resource, args.thread)
+            stream = settings.keys().signals(lane)
+            kind = str(await redis.type(stream))
+            if kind not in ("stream", "none"):  # the library's live reader waits for a repair; a command says so
+                raise CorruptDataError(f"{stream} is a {kind}, not a signal stream (a worker repairs it at the "
+                                       "lane's next write)")
+            sub = Subscription(redis, settings.keys(), lane, block_ms=1000, signer=Signer(key) if key else None)
             seen = 0
             for item in await sub.bootstrap(from_start=args.from_start):
                 print_signal(item, as_json=args.json)
