@@ -7,8 +7,8 @@ import sys
 from rich.console import Console
 
 from signals.core.codec import encode_json
+from signals.core.render import signal_markup
 from signals.core.tokens import approx_tokens
-from signals.core.window import Injection
 from signals.streams.replay import Materialised
 
 __all__ = ("print_signal", "signal_record")
@@ -33,7 +33,6 @@ def print_signal(item: Materialised, *, as_json: bool) -> None:
         sys.stdout.flush()
         return
     s = item.signal
-    inj = Injection(item.entry_id, 0, s.version, s.mode, "new", s.cache_key, s.contents, s.attributes, item.value)
     _console.print(f"[bold]v{s.version}[/] {s.mode} {s.cache_key[:19]}… "
                    f"{len(s.contents.encode())} B ~{approx_tokens(s.contents)} tok {s.emitted_at or ''}")
-    _console.print(inj.markup, markup=False)
+    _console.print(signal_markup(s.contents, s.attributes), markup=False)

@@ -12,9 +12,9 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from signals.core.models import TAG_NAME
+from signals.core.models import TAG_NAME, Attributes
 
-__all__ = ("anthropic_message", "chat_message", "escape_attribute", "escape_text", "render_markup")
+__all__ = ("anthropic_message", "chat_message", "escape_attribute", "escape_text", "render_markup", "signal_markup")
 
 _XML_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
@@ -60,3 +60,10 @@ def chat_message(markup: str, role: Literal["user", "system"] = "user") -> dict[
 def anthropic_message(markup: str) -> dict[str, object]:
     """An Anthropic Messages API user turn holding one text block."""
     return {"role": "user", "content": [{"type": "text", "text": markup}]}
+
+
+def signal_markup(contents: str, attributes: Attributes) -> str:
+    """The markup of a working-memory message: ``contents`` with the signal's attributes
+    (``format``, ``scope`` and, on a delta, ``patch``)."""
+    return render_markup(contents, {"format": attributes.format, "scope": attributes.scope,
+                                    "patch": attributes.patch})

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from signals.core.cachekey import cache_key
 from signals.core.models import Attributes, Delivery, Mode, Reason, Signal
 from signals.core.processor import apply_delta
-from signals.core.render import chat_message, render_markup
+from signals.core.render import chat_message, signal_markup
 from signals.core.tokens import approx_tokens
 from signals.errors import InvalidInputError
 
@@ -59,9 +59,7 @@ class Injection:
     @property
     def markup(self) -> str:
         """The ``<working-memory ...>`` markup the model reads."""
-        attrs = {"format": self.attributes.format, "scope": self.attributes.scope,
-                 "patch": self.attributes.patch}
-        return render_markup(self.contents, attrs)
+        return signal_markup(self.contents, self.attributes)
 
     @property
     def message(self) -> dict[str, str]:
