@@ -356,8 +356,10 @@ class Consumer:
             known = self._known.get(c.lane)
             if known is not None:  # processed: no longer needed to place later events
                 known.difference_update(e.entry_id for e in c.entries)
-                if not known or len(self._known) > self.options.tracking_cache:
+                if not known:
                     del self._known[c.lane]
+            if len(self._known) > self.options.tracking_cache:  # bounded: a lost path is walked again
+                self._known.clear()
             return []
         self._cache.forget(c.lane)
         if status[0] == "conflict":

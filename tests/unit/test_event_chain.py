@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import anyio
+
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, is_stream_id
 from signals.core.models import WriteEvent
-from workers.commit import event_chain, plan_lane
+from signals.streams.client import connect
+from signals.streams.keys import Keys
+from workers.commit import BatchStats, LaneCommit, event_chain, plan_lane
+from workers.consumer import Consumer, ConsumerOptions
 from workers.lane_state import LaneState, Pending
 
 LANE = "r:u"
@@ -79,3 +84,19 @@ def test_stream_ids_are_bounded_like_redis_ids() -> None:
     assert is_stream_id("18446744073709551615-18446744073709551615")
     assert not is_stream_id("99999999999999999999-0")
     assert not is_stream_id("1-99999999999999999999")
+
+
+async def _settle_bound() -> int:
+
+    redis = connect("redis://127.0.0.1:1/0")  # never used: nothing here talks to Redis
+    consumer = Consumer(redis, Keys("u", 4), ConsumerOptions(tracking_cache=1), "c")
+    consumer._known.update({"r:a": {"1-1"}, "r:b": {"1-2"}})  # paths of lanes this worker never commits
+    consumer._settle(LaneCommit("r:c", LaneState(), []), ["ok", "1-9"], BatchStats(), {})
+    await redis.aclose()
+    return len(consumer._known)
+
+
+def test_walked_paths_stay_bounded() -> None:
+    """The ids found by chain walks are bounded by the tracking cache's size, also when the
+    lanes they belong to are committed by other workers (they grew without bound)."""
+    assert anyio.run(_settle_bound) <= 1
