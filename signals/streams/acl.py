@@ -1,6 +1,6 @@
 """Least-privilege Redis ACL users for one namespace, generated from the key layout.
 
-What it does: a table of roles (worker, writer, reader, agent, operator) says, per key
+What it does: a table of roles (worker, writer, reader, agent, operator, scaler) says, per key
 kind of :class:`~signals.streams.keys.Keys`, which commands a role may run and whether it needs
 read or read-write access; :func:`acl_file` renders the table as a Redis 7 ACL file for
 one namespace, with key patterns from :meth:`Keys.pattern` (so patterns cannot drift
@@ -189,6 +189,12 @@ _OPERATOR = Role(("requeue",), {
     "config": R("hget"),
 })
 
+#: An autoscaler reading the consumer group's lag (KEDA's ``redis-streams`` trigger in lag
+#: mode runs ``XINFO GROUPS <stream>`` per partition, nothing else): the operator role could,
+#: but it may also requeue and drop dead letters, too much for a credential held by the
+#: cluster's autoscaler.
+_SCALER = Role((), {"writes": R("xinfo|groups")})
+
 #: The roles, by name (user ``<namespace>-<name>``).
 ROLES: Mapping[str, Role] = {
     "worker": _WORKER,
@@ -196,6 +202,7 @@ ROLES: Mapping[str, Role] = {
     "reader": _READER,
     "agent": _WRITER | _READER,
     "operator": _OPERATOR,
+    "scaler": _SCALER,
 }
 
 

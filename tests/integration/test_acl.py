@@ -311,6 +311,37 @@ async def test_operator_cannot_write_documents_or_signals(clients: dict[str, Cli
             await attempt
 
 
+async def test_scaler_reads_the_backlog_as_keda_does(server: RedisServer, clients: dict[str, Client]) -> None:
+    """The scaler user (KEDA's ``redis-streams`` trigger in lag mode) logs in with ``HELLO 3 AUTH``
+    as go-redis does, reads each partition's group lag with ``XINFO GROUPS``, and the sum over
+    the partitions is the backlog; it cannot read an entry, a document, or touch the group."""
+    writer = clients["writer"]
+    async with running_workers(_url(server, "worker"), KEYS, 1):  # creates the groups, then stops
+        pass
+    scaler = Redis(host="127.0.0.1", port=server.port, username="wm-scaler", password=PASSWORDS["scaler"],
+                   protocol=3, decode_responses=True)
+
+    async def backlog() -> int:
+        total = 0
+        for stream in KEYS.all_writes():
+            [group] = [g for g in await scaler.xinfo_groups(stream) if g["name"] == GROUP]
+            total += int(group["lag"])
+        return total
+
+    before = await backlog()
+    store = WorkingMemoryStore(writer, keys=KEYS)
+    for i in range(3):
+        await store.replace(f"scaled-{i}", f"# User {i}\n- waits for a worker")
+    assert await backlog() == before + 3
+    for attempt in (scaler.xrange(KEYS.writes(0)), scaler.xlen(KEYS.writes(0)), scaler.hget(KEYS.doc("r:x"), "data"),
+                    scaler.xgroup_destroy(KEYS.writes(0), GROUP), scaler.xinfo_groups(KEYS.dead_letters(0))):
+        with pytest.raises(redis_exc.NoPermissionError):
+            await attempt
+    await scaler.aclose()
+    async with running_workers(_url(server, "worker"), KEYS, 1):  # leave the server caught up
+        await wait_caught_up(clients["operator"], KEYS)
+
+
 # -- the roles end to end ---------------------------------------------------------------
 
 
