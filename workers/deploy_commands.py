@@ -1,10 +1,16 @@
-"""Deployment commands of ``wm-signals``: ``deploy acl`` writes the ACL users of a namespace.
+"""Deployment commands of ``wm-signals``: ``deploy acl`` (the ACL users of a namespace) and
+``deploy kubernetes`` (the manifests of a worker deployment).
 
 ``wm-signals deploy acl --namespace NS [--password ROLE=SECRET ...] [--cluster] [-o FILE]``
 renders :func:`signals.streams.acl.acl_file` to stdout (or FILE). Roles without a given password
 get a random one (``secrets.token_urlsafe``), printed to stderr as ``USER PASSWORD``
 lines for the operator to store; the file itself holds only SHA-256 hashes. It talks to
 no Redis: load the file with ``aclfile`` in redis.conf (or ``ACL LOAD``).
+
+``wm-signals deploy kubernetes [--namespace NS] [--partitions N] [--k8s-namespace K] [-o DIR] ...``
+prints the manifests of :mod:`workers.kubernetes` as one YAML stream, or writes them into
+DIR, one file per concern (:data:`workers.kubernetes.FILES`); ``deploy/kubernetes/`` holds
+its output for the defaults. It talks to no cluster and writes no secret.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 from signals.errors import InvalidInputError
 from signals.streams.acl import ROLES, acl_file, user_name
 from signals.streams.keys import Keys
+from workers import kubernetes
 
 __all__ = ("parse_passwords", "register")
 
@@ -57,12 +64,61 @@ def _cmd_acl(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_kubernetes(args: argparse.Namespace) -> int:
+    options = kubernetes.Options(
+        Keys(args.namespace, args.partitions), name=args.name, k8s_namespace=args.k8s_namespace, image=args.image,
+        redis=args.redis_address, cluster=args.cluster, min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas, lag_per_replica=args.lag_per_replica)
+    files = kubernetes.manifests(options)
+    if not args.output:
+        sys.stdout.write(kubernetes.render(options, [obj for objects in files.values() for obj in objects]))
+        return 0
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"-o {args.output}: exists and is not a directory")
+    texts = {name: kubernetes.render(options, objects) for name, objects in files.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        (out / name).write_text(text, "utf-8")
+    return 0
+
+
+def _register_kubernetes(what: Any) -> None:
+    defaults = kubernetes.Options(Keys())
+    k8s = what.add_parser(
+        "kubernetes", help="Kubernetes manifests of a worker deployment, KEDA autoscaling included",
+        description="Print (or write into DIR) the manifests of a worker deployment: a Secret template for "
+                    "the ACL passwords, the worker Deployment, a PodDisruptionBudget, a metrics Service, and "
+                    "KEDA's TriggerAuthentication and ScaledObject (one lag trigger per partition, summed). "
+                    "Stream and user names come from the key layout.")
+    k8s.add_argument("--namespace", default=defaults.keys.namespace,
+                     help=f"the wm-signals namespace (key prefix; default {defaults.keys.namespace})")
+    k8s.add_argument("--partitions", type=int, default=defaults.keys.partitions,
+                     help=f"the deployment's partition count (default {defaults.keys.partitions})")
+    k8s.add_argument("--k8s-namespace", help="metadata.namespace of every object (default: none, kubectl -n decides)")
+    k8s.add_argument("--name", default=defaults.name, help=f"prefix of the objects' names (default {defaults.name})")
+    k8s.add_argument("--image", default=defaults.image, help=f"the worker image (default {defaults.image})")
+    k8s.add_argument("--redis-address", default=defaults.redis, metavar="HOST:PORT",
+                     help=f"Redis as the pods reach it (default {defaults.redis}; "
+                          "with --cluster the nodes, comma-separated)")
+    k8s.add_argument("--cluster", action="store_true", help="Redis Cluster (KEDA's redis-cluster-streams trigger)")
+    k8s.add_argument("--min-replicas", type=int, default=defaults.min_replicas,
+                     help=f"fewest workers (default {defaults.min_replicas}; 0 scales to zero)")
+    k8s.add_argument("--max-replicas", type=int, default=defaults.max_replicas,
+                     help=f"most workers (default {defaults.max_replicas})")
+    k8s.add_argument("--lag-per-replica", type=int, default=defaults.lag_per_replica,
+                     help="undelivered entries (summed over the partitions) one worker should carry: the "
+                          f"autoscaler's target (default {defaults.lag_per_replica})")
+    k8s.add_argument("-o", "--output", metavar="DIR", help="write one file per concern into DIR (default stdout)")
+    k8s.set_defaults(handler=_cmd_kubernetes)
+
+
 def register(sub: Any) -> None:
-    """Add ``deploy acl`` to the CLI's sub-parsers."""
-    deploy = sub.add_parser("deploy", help="generate deployment files: the ACL users of a namespace")
+    """Add ``deploy acl`` and ``deploy kubernetes`` to the CLI's sub-parsers."""
+    deploy = sub.add_parser("deploy", help="generate deployment files: ACL users, Kubernetes manifests")
     what = deploy.add_subparsers(dest="deploy_command", required=True, metavar="WHAT")
     acl = what.add_parser(
-        "acl", help="least-privilege Redis ACL users of a namespace (worker, writer, reader, agent, operator)",
+        "acl", help="least-privilege Redis ACL users of a namespace (worker, writer, reader, agent, operator, scaler)",
         description="Print (or write) a Redis 7 ACL file. Roles without --password get a random password, "
                     "printed to stderr as 'USER PASSWORD'; the file holds only SHA-256 hashes.")
     acl.add_argument("--namespace", required=True, help="the namespace (key prefix) the users may touch")
@@ -72,3 +128,4 @@ def register(sub: Any) -> None:
                      help="also allow what a Redis Cluster client needs (CLUSTER SLOTS, COMMAND, ASKING)")
     acl.add_argument("-o", "--output", metavar="FILE", help="write the file here (default stdout)")
     acl.set_defaults(handler=_cmd_acl)
+    _register_kubernetes(what)
