@@ -6,6 +6,13 @@ trimming drops it) and the delivery log. Run it with::
 
     .venv/bin/python examples/agent_loop.py            # embedded Redis
     .venv/bin/python examples/agent_loop.py redis://127.0.0.1:6379/0
+    # against a deployment's workers (deploy/compose.yaml), as its least-privilege agent user:
+    .venv/bin/python examples/agent_loop.py redis://wm-agent:SECRET@redis:6379/0 --namespace wm --no-worker
+
+By default it runs a worker in its own process, on a namespace of its own. With
+``--no-worker`` the deployment's workers do the work; the loop then waits for each write's
+signal on the lane's signal stream (``write_version``), which the agent user may read,
+instead of the workers' tracking, which it may not.
 
 To plug in a real chat client, replace ``ScriptedModel.reply`` with your client's call:
 pass ``messages`` (the ``user``-role ``<working-memory>`` messages are ordinary chat
@@ -17,7 +24,7 @@ messages) and ``wm.tools()`` as the tools, and route a ``setWorkingMemory`` tool
 
 from __future__ import annotations
 
-import sys
+import argparse
 import uuid
 from typing import Any
 
@@ -50,21 +57,37 @@ class ScriptedModel:
         return text, None
 
 
-async def main(url: str) -> None:
-    keys = Keys(f"example-{uuid.uuid4().hex[:6]}", 4)
+async def wait_signalled(wm: AgentWorkingMemory, version: int) -> None:
+    """Take in the lane's signals until one covers the write ``version`` (the deployment's workers)."""
+    with anyio.fail_after(60):
+        while not any((item.signal.write_version or 0) >= version for item in await wm.poll(block_ms=500)):
+            pass
+
+
+async def main(url: str, namespace: str | None = None, partitions: int | None = None, worker: bool = True) -> None:
+    run = uuid.uuid4().hex[:6]
+    keys = Keys(namespace or f"example-{run}", partitions or (16 if namespace else 4))
     redis = connect(url)
     stop = anyio.Event()
-    settings = Settings(redis_url=url, namespace=keys.namespace, partitions=4, block_ms=20)
+    settings = Settings(redis_url=url, namespace=keys.namespace, partitions=keys.partitions, block_ms=20)
     async with anyio.create_task_group() as tg:
-        await tg.start(lambda task_status: run_worker(redis, settings, name="example", stop=stop,
-                                                      handle_signals=False, task_status=task_status))
-        wm = AgentWorkingMemory(redis, keys, resource_id="ada", thread_id="chat-1")
+        if worker:
+            await tg.start(lambda task_status: run_worker(redis, settings, name="example", stop=stop,
+                                                          handle_signals=False, task_status=task_status))
+        thread = f"chat-{run}"  # ids of this run: a shared namespace keeps earlier runs' lanes
+        wm = AgentWorkingMemory(redis, keys, resource_id=f"ada-{run}", thread_id=thread)
         await wm.start()
         model = ScriptedModel()
         messages: list[dict[str, Any]] = []
         ids: list[str | None] = []  # parallel to messages: the wm injection id, if any
+        written: int | None = None  # the version of the model's last write
         for turn in range(1, 10):
-            await wait_caught_up(redis, keys)  # the example waits for the worker to keep its output stable
+            # the example waits for the worker to keep its output stable
+            if worker:
+                await wait_caught_up(redis, keys)
+            elif written is not None:
+                await wait_signalled(wm, written)
+                written = None
             result = await wm.before_model_call({i for i in ids if i})
             keep = [k for k, i in enumerate(ids) if i not in result.drop]
             messages, ids = [messages[k] for k in keep], [ids[k] for k in keep]
@@ -76,11 +99,13 @@ async def main(url: str) -> None:
             ids.append(None)
             text, tool_call = model.reply(turn, messages)
             if tool_call is not None:
-                print(f"turn {turn}: model calls setWorkingMemory -> {await wm.call_tool(tool_call)}")
+                outcome = await wm.call_tool(tool_call)
+                print(f"turn {turn}: model calls setWorkingMemory -> {outcome}")
+                written = outcome.get("version", written)
             messages.append({"role": "assistant", "content": text})
             ids.append(None)
             messages, ids = messages[-5:], ids[-5:]  # the loop keeps a 5-message window
-        view = await wm.log.view_at("chat-1", 9) if wm.log else None
+        view = await wm.log.view_at(thread, 9) if wm.log else None
         print("what the model could rebuild at step 9:", view.version if view else None)
         print(view.text if view else "")
         stop.set()
@@ -88,9 +113,16 @@ async def main(url: str) -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="A scripted agent loop over wm-signals.")
+    parser.add_argument("url", nargs="?", help="Redis URL (default: an embedded Redis)")
+    parser.add_argument("--namespace", help="a deployment's namespace (default: one of its own)")
+    parser.add_argument("--partitions", type=int, help="its partition count (default 16 with --namespace, else 4)")
+    parser.add_argument("--no-worker", dest="worker", action="store_false",
+                        help="run no worker here: the deployment's workers do the work")
+    args = parser.parse_args()
     configure_logging("console", "warning")
-    if len(sys.argv) > 1:
-        anyio.run(main, sys.argv[1])
+    if args.url:
+        anyio.run(main, args.url, args.namespace, args.partitions, args.worker)
     else:
         with RedisServer() as server:
-            anyio.run(main, server.url)
+            anyio.run(main, server.url, args.namespace, args.partitions, args.worker)
