@@ -146,11 +146,11 @@ def _labels(options: Options) -> dict[str, str]:
             "app.kubernetes.io/component": "worker"}
 
 
-def _meta(options: Options, name: str, **extra: Any) -> dict[str, Any]:
+def _meta(options: Options, name: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": f"{options.name}-{name}"}
     if options.k8s_namespace is not None:
         meta["namespace"] = options.k8s_namespace
-    return meta | {"labels": _labels(options)} | extra
+    return meta | {"labels": _labels(options)}
 
 
 def _secret_name(options: Options) -> str:

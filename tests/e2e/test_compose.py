@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -135,7 +136,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             if stack.healthcheck("redis").returncode == 0:
                 break
             assert proc.poll() is None, (stack.tmp / "redis.log").read_text()[-2000:]
-            subprocess.run(["sleep", "0.05"], check=True)
+            time.sleep(0.05)
         else:
             raise AssertionError("the Redis service never became healthy")
         yield stack
