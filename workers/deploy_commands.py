@@ -67,7 +67,7 @@ def _cmd_acl(args: argparse.Namespace) -> int:
 def _cmd_kubernetes(args: argparse.Namespace) -> int:
     options = kubernetes.Options(
         Keys(args.namespace, args.partitions), name=args.name, k8s_namespace=args.k8s_namespace, image=args.image,
-        redis=args.redis_address, cluster=args.cluster, min_replicas=args.min_replicas,
+        redis_address=args.redis_address, cluster=args.cluster, min_replicas=args.min_replicas,
         max_replicas=args.max_replicas, lag_per_replica=args.lag_per_replica)
     files = kubernetes.manifests(options)
     if not args.output:
@@ -87,10 +87,10 @@ def _register_kubernetes(what: Any) -> None:
     defaults = kubernetes.Options(Keys())
     k8s = what.add_parser(
         "kubernetes", help="Kubernetes manifests of a worker deployment, KEDA autoscaling included",
-        description="Print (or write into DIR) the manifests of a worker deployment: a Secret template for "
-                    "the ACL passwords, the worker Deployment, a PodDisruptionBudget, a metrics Service, and "
-                    "KEDA's TriggerAuthentication and ScaledObject (one lag trigger per partition, summed). "
-                    "Stream and user names come from the key layout.")
+        description="Print (or write into DIR) the manifests of a worker deployment: Secret templates for "
+                    "the worker's and the scaler's ACL users, the worker Deployment, a PodDisruptionBudget, a "
+                    "metrics Service, and KEDA's TriggerAuthentication and ScaledObject (one lag trigger per "
+                    "partition, summed). Stream and user names come from the key layout.")
     k8s.add_argument("--namespace", default=defaults.keys.namespace,
                      help=f"the wm-signals namespace (key prefix; default {defaults.keys.namespace})")
     k8s.add_argument("--partitions", type=int, default=defaults.keys.partitions,
@@ -98,8 +98,8 @@ def _register_kubernetes(what: Any) -> None:
     k8s.add_argument("--k8s-namespace", help="metadata.namespace of every object (default: none, kubectl -n decides)")
     k8s.add_argument("--name", default=defaults.name, help=f"prefix of the objects' names (default {defaults.name})")
     k8s.add_argument("--image", default=defaults.image, help=f"the worker image (default {defaults.image})")
-    k8s.add_argument("--redis-address", default=defaults.redis, metavar="HOST:PORT",
-                     help=f"Redis as the pods reach it (default {defaults.redis}; "
+    k8s.add_argument("--redis-address", default=defaults.redis_address, metavar="HOST:PORT",
+                     help=f"Redis as the pods reach it (default {defaults.redis_address}; "
                           "with --cluster the nodes, comma-separated)")
     k8s.add_argument("--cluster", action="store_true", help="Redis Cluster (KEDA's redis-cluster-streams trigger)")
     k8s.add_argument("--min-replicas", type=int, default=defaults.min_replicas,

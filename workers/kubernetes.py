@@ -1,7 +1,7 @@
 """Kubernetes manifests of a worker deployment, built from the key layout (``deploy kubernetes``).
 
 What it does: :func:`manifests` returns, per file name, the objects of one deployment as
-plain dicts: a Secret template for the Redis ACL passwords, the worker Deployment (probes
+plain dicts: Secret templates for the Redis ACL users (the worker's, the scaler's), the worker Deployment (probes
 on ``/livez`` and ``/readyz``, resources sized from the RSS benchmark, a grace period above
 the worker's), a PodDisruptionBudget, a metrics Service, and KEDA's TriggerAuthentication
 and ScaledObject; :func:`render` dumps them as YAML. The stream names and the consumer
@@ -78,7 +78,7 @@ class Options:
         k8s_namespace: ``metadata.namespace`` of every object; ``None`` leaves it out
             (``kubectl apply -n`` decides).
         image: the worker image (built from deploy/Dockerfile).
-        redis: ``host:port`` of Redis, or for ``cluster`` the nodes, comma-separated.
+        redis_address: ``host:port`` of Redis, or for ``cluster`` the nodes, comma-separated.
         cluster: Redis Cluster (the worker's cluster mode, KEDA's ``redis-cluster-streams``).
         min_replicas: the fewest workers (0: scale to zero when no entry waits).
         max_replicas: the most workers.
@@ -93,7 +93,7 @@ class Options:
     name: str = "wm-signals"
     k8s_namespace: str | None = None
     image: str = "wm-signals:0.1.0"
-    redis: str = "redis:6379"
+    redis_address: str = "redis:6379"
     cluster: bool = False
     min_replicas: int = 1
     max_replicas: int = 16
@@ -123,7 +123,7 @@ class Options:
 
     def addresses(self) -> list[str]:
         """The Redis addresses (one unless ``cluster``)."""
-        return self.redis.split(",")
+        return self.redis_address.split(",")
 
 
 def command_line(options: Options) -> str:
@@ -132,8 +132,8 @@ def command_line(options: Options) -> str:
     parts = ["wm-signals deploy kubernetes", f"--namespace {options.keys.namespace}",
              f"--partitions {options.keys.partitions}"]
     flags = (("--name", "name"), ("--k8s-namespace", "k8s_namespace"), ("--image", "image"),
-             ("--redis-address", "redis"), ("--min-replicas", "min_replicas"), ("--max-replicas", "max_replicas"),
-             ("--lag-per-replica", "lag_per_replica"))
+             ("--redis-address", "redis_address"), ("--min-replicas", "min_replicas"),
+             ("--max-replicas", "max_replicas"), ("--lag-per-replica", "lag_per_replica"))
     parts += [f"{flag} {getattr(options, attr)}" for flag, attr in flags
               if getattr(options, attr) != getattr(default, attr)]
     if options.cluster:
@@ -141,34 +141,34 @@ def command_line(options: Options) -> str:
     return " ".join(parts)
 
 
-def _labels(options: Options) -> dict[str, str]:
+def _labels(options: Options, component: str = "worker") -> dict[str, str]:
     return {"app.kubernetes.io/name": "wm-signals", "app.kubernetes.io/instance": options.name,
-            "app.kubernetes.io/component": "worker"}
+            "app.kubernetes.io/component": component}
 
 
-def _meta(options: Options, name: str) -> dict[str, Any]:
+def _meta(options: Options, name: str, component: str = "worker") -> dict[str, Any]:
     meta: dict[str, Any] = {"name": f"{options.name}-{name}"}
     if options.k8s_namespace is not None:
         meta["namespace"] = options.k8s_namespace
-    return meta | {"labels": _labels(options)}
+    return meta | {"labels": _labels(options, component)}
 
 
-def _secret_name(options: Options) -> str:
-    return f"{options.name}-redis"
+def _secret_name(options: Options, role: str) -> str:
+    return f"{options.name}-redis-{role}"
 
 
-def secret(options: Options) -> dict[str, Any]:
-    """The ACL users' names and (placeholder) passwords: the worker's and the scaler's."""
-    data = {}
-    for role in ("worker", "scaler"):
-        data[f"{role}-username"] = user_name(options.keys, role)
-        data[f"{role}-password"] = f"REPLACE-ME-with-the-{user_name(options.keys, role)}-password-from-deploy-acl"
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(options, "redis"), "type": "Opaque",
-            "stringData": data}
+def secret(options: Options, role: str) -> dict[str, Any]:
+    """An ACL user's name and (placeholder) password: one Secret per user, so that the worker's
+    pods and KEDA each read only their own."""
+    user = user_name(options.keys, role)
+    data = {"username": user, "password": f"REPLACE-ME-with-the-{user}-password-from-deploy-acl"}
+    component = "autoscaler" if role == "scaler" else role
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(options, f"redis-{role}", component),
+            "type": "Opaque", "stringData": data}
 
 
 def _secret_env(options: Options, name: str, key: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": _secret_name(options), "key": key}}}
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": _secret_name(options, "worker"), "key": key}}}
 
 
 def _probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
@@ -189,8 +189,8 @@ def deployment(options: Options) -> dict[str, Any]:
         {"name": "WM_SIGNALS_METRICS_PORT", "value": str(METRICS_PORT)},
         {"name": "WM_SIGNALS_METRICS_ADDR", "value": "0.0.0.0"},  # noqa: S104 - the pod's own interface, for probes
         {"name": "WM_SIGNALS_LOG_FORMAT", "value": "json"},
-        _secret_env(options, "WM_REDIS_USERNAME", "worker-username"),
-        _secret_env(options, "WM_REDIS_PASSWORD", "worker-password"),
+        _secret_env(options, "WM_REDIS_USERNAME", "username"),
+        _secret_env(options, "WM_REDIS_PASSWORD", "password"),
         {"name": "WM_SIGNALS_REDIS_URL",
          "value": f"redis://$(WM_REDIS_USERNAME):$(WM_REDIS_PASSWORD)@{options.addresses()[0]}/0"},
     ]
@@ -251,15 +251,15 @@ def metrics_service(options: Options) -> dict[str, Any]:
 
 def trigger_authentication(options: Options) -> dict[str, Any]:
     """KEDA's credentials for Redis: the ``scaler`` ACL user (XINFO GROUPS on the write streams only)."""
-    refs = [{"parameter": p, "name": _secret_name(options), "key": f"scaler-{p}"} for p in ("username", "password")]
+    refs = [{"parameter": p, "name": _secret_name(options, "scaler"), "key": p} for p in ("username", "password")]
     return {"apiVersion": "keda.sh/v1alpha1", "kind": "TriggerAuthentication",
-            "metadata": _meta(options, "redis-scaler"), "spec": {"secretTargetRef": refs}}
+            "metadata": _meta(options, "redis-scaler", "autoscaler"), "spec": {"secretTargetRef": refs}}
 
 
 def scaled_object(options: Options) -> dict[str, Any]:
     """Workers scaled on the consumer group's backlog summed over the partitions (module docstring)."""
     names = [f"p{p}" for p in range(options.keys.partitions)]
-    where = ({"addresses": options.redis} if options.cluster else {"address": options.redis})
+    where = {"addresses": options.redis_address} if options.cluster else {"address": options.redis_address}
     triggers = [{
         "type": "redis-cluster-streams" if options.cluster else "redis-streams",
         "name": name,
@@ -268,7 +268,7 @@ def scaled_object(options: Options) -> dict[str, Any]:
                              "lagCount": str(options.lag_per_replica), "activationLagCount": "0"},
     } for p, name in enumerate(names)]
     return {
-        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": _meta(options, "worker"),
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": _meta(options, "worker", "autoscaler"),
         "spec": {
             "scaleTargetRef": {"name": f"{options.name}-worker"},
             "pollingInterval": 15,
@@ -291,7 +291,7 @@ def scaled_object(options: Options) -> dict[str, Any]:
 def manifests(options: Options) -> dict[str, list[dict[str, Any]]]:
     """Per file (:data:`FILES`), its objects."""
     return {
-        "secret.yaml": [secret(options)],
+        "secret.yaml": [secret(options, "worker"), secret(options, "scaler")],
         "deployment.yaml": [deployment(options)],
         "pdb.yaml": [disruption_budget(options)],
         "service.yaml": [metrics_service(options)],

@@ -298,9 +298,10 @@ async def test_kubernetes_worker_container_runs(stack: Stack, workers: dict[str,
                                                 operator: Redis) -> None:
     """The Deployment's container (deploy/kubernetes: args and env, ``$(VAR)`` expanded as
     Kubernetes does, the Secret filled with the dev passwords) joins the group as a third worker."""
-    objects = {o["kind"]: o for o in kubernetes.manifests(kubernetes.Options(KEYS)).values() for o in o}
-    secret = dict(objects["Secret"]["stringData"], **{"worker-password": "worker-secret"})
-    [container] = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    files = kubernetes.manifests(kubernetes.Options(KEYS))
+    [worker_secret, _] = files["secret.yaml"]
+    secret = dict(worker_secret["stringData"], password="worker-secret")
+    [container] = files["deployment.yaml"][0]["spec"]["template"]["spec"]["containers"]
     env: dict[str, str] = {}
     for var in container["env"]:
         value = secret[var["valueFrom"]["secretKeyRef"]["key"]] if "valueFrom" in var else var["value"]

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from signals.errors import InvalidInputError
-from signals.streams.acl import acl_users
+from signals.streams.acl import ROLES, acl_users, user_name
 from signals.streams.keys import GROUP, Keys
 from tests.unit.keda_schema import KEDA_SCHEMAS
 from workers import kubernetes
@@ -35,8 +35,8 @@ K8S_VERSION = "1.30"
 VARIANTS = [
     Options(Keys()),
     Options(Keys("acme.prod", 5), name="acme", k8s_namespace="tenants", image="registry.example/wm:1.2",
-            redis="redis.tenants.svc:6380", min_replicas=0, max_replicas=3, lag_per_replica=500),
-    Options(Keys("wm", 8), cluster=True, redis="redis-0.redis:6379,redis-1.redis:6379,redis-2.redis:6379"),
+            redis_address="redis.tenants.svc:6380", min_replicas=0, max_replicas=3, lag_per_replica=500),
+    Options(Keys("wm", 8), cluster=True, redis_address="redis-0.redis:6379,redis-1.redis:6379,redis-2.redis:6379"),
 ]
 
 
@@ -114,7 +114,8 @@ def test_objects_refer_to_each_other(options: Options) -> None:
     """Selectors match the pod labels, the ScaledObject targets the Deployment, every Secret key
     referred to exists, and the users in the Secret are the ACL users of the namespace."""
     kinds = _by_kind(options)
-    deployment, secret = kinds["Deployment"], kinds["Secret"]
+    deployment = kinds["Deployment"]
+    secrets = {obj["metadata"]["name"]: obj["stringData"] for obj in _objects(options) if obj["kind"] == "Secret"}
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert deployment["spec"]["selector"]["matchLabels"] == labels
     assert kinds["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"] == labels
@@ -124,10 +125,14 @@ def test_objects_refer_to_each_other(options: Options) -> None:
     assert {t["authenticationRef"]["name"] for t in kinds["ScaledObject"]["spec"]["triggers"]} == {
         auth["metadata"]["name"]}
     env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-    refs = [e["valueFrom"]["secretKeyRef"] for e in env if "valueFrom" in e] + auth["spec"]["secretTargetRef"]
-    assert refs and all(r["name"] == secret["metadata"]["name"] and r["key"] in secret["stringData"] for r in refs)
-    users = acl_users(options.keys, dict.fromkeys(("worker", "writer", "reader", "agent", "operator", "scaler"), "x"))
-    assert {secret["stringData"]["worker-username"], secret["stringData"]["scaler-username"]} <= set(users)
+    pod_refs = [e["valueFrom"]["secretKeyRef"] for e in env if "valueFrom" in e]
+    keda_refs = auth["spec"]["secretTargetRef"]
+    for refs, role in ((pod_refs, "worker"), (keda_refs, "scaler")):  # each reads only its own user's Secret
+        assert {r["name"] for r in refs} == {f"{options.name}-redis-{role}"}
+        assert {r["key"] for r in refs} == {"username", "password"} <= set(secrets[refs[0]["name"]])
+        assert secrets[refs[0]["name"]]["username"] == user_name(options.keys, role)
+    users = acl_users(options.keys, dict.fromkeys(ROLES, "x"))
+    assert {s["username"] for s in secrets.values()} <= set(users)
     assert all(obj["metadata"].get("namespace") == options.k8s_namespace for obj in kinds.values())
 
 
@@ -160,6 +165,8 @@ def test_the_worker_pod_fits_the_worker() -> None:
     assert env["WM_SIGNALS_METRICS_PORT"] == "9464"
     assert env["WM_SIGNALS_REDIS_URL"] == "redis://$(WM_REDIS_USERNAME):$(WM_REDIS_PASSWORD)@redis:6379/0"
     assert pod["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert version and Options(Keys()).image == f"wm-signals:{version.group(1)}"  # the default image is this release
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     assert f"USER {kubernetes.IMAGE_UID}:{kubernetes.IMAGE_UID}" in dockerfile
 
@@ -170,7 +177,7 @@ def test_cluster_mode_uses_the_cluster_scaler_and_the_cluster_client() -> None:
     kinds = _by_kind(options)
     triggers = kinds["ScaledObject"]["spec"]["triggers"]
     assert {t["type"] for t in triggers} == {"redis-cluster-streams"}
-    assert {t["metadata"]["addresses"] for t in triggers} == {options.redis}
+    assert {t["metadata"]["addresses"] for t in triggers} == {options.redis_address}
     env = {e["name"]: e.get("value") for e in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["WM_SIGNALS_CLUSTER"] == "true" and env["WM_SIGNALS_REDIS_URL"].endswith("@redis-0.redis:6379/0")
 
@@ -193,10 +200,10 @@ def test_command_prints_and_writes_the_manifests(tmp_path: Path) -> None:
     ({"k8s_namespace": "a.b"}, "--k8s-namespace 'a.b'"),
     ({"min_replicas": 3, "max_replicas": 2}, "--min-replicas (3)"),
     ({"max_replicas": 0, "min_replicas": 0}, "--max-replicas >= 1"),
-    ({"redis": "redis"}, "--redis-address 'redis'"),
-    ({"redis": "redis:70000"}, "port 1-65535"),
-    ({"redis": "a:1,b:2"}, "several addresses need --cluster"),
-    ({"redis": "a:1,,b:2", "cluster": True}, "--redis-address ''"),
+    ({"redis_address": "redis"}, "--redis-address 'redis'"),
+    ({"redis_address": "redis:70000"}, "port 1-65535"),
+    ({"redis_address": "a:1,b:2"}, "several addresses need --cluster"),
+    ({"redis_address": "a:1,,b:2", "cluster": True}, "--redis-address ''"),
     ({"lag_per_replica": 0}, "--lag-per-replica 0"),
     ({"image": "has space"}, "--image"),
 ])
