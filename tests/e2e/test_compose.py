@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
 from signals.streams.client import connect
@@ -176,7 +177,8 @@ def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 async def _consumers(operator: Redis, stream: str) -> set[str]:
     try:
         return {c["name"] for c in await operator.xinfo_consumers(stream, GROUP)}
-    except Exception:  # noqa: BLE001 - no group yet
+    except redis_exc.ResponseError as e:  # no stream or no group yet
+        assert "NOGROUP" in str(e) or "no such key" in str(e), e
         return set()
 
 

@@ -37,6 +37,7 @@ from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from tests.integration.cluster import LocalCluster
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
+from workers import kubernetes
 from workers.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -312,34 +313,41 @@ async def test_operator_cannot_write_documents_or_signals(clients: dict[str, Cli
 
 
 async def test_scaler_reads_the_backlog_as_keda_does(server: RedisServer, clients: dict[str, Client]) -> None:
-    """The scaler user (KEDA's ``redis-streams`` trigger in lag mode) logs in with ``HELLO 3 AUTH``
-    as go-redis does, reads each partition's group lag with ``XINFO GROUPS``, and the sum over
-    the partitions is the backlog; it cannot read an entry, a document, or touch the group."""
-    writer = clients["writer"]
+    """The generated ScaledObject, evaluated as KEDA would: the scaler user of its Secret logs in
+    with ``HELLO 3 AUTH`` (as go-redis does), reads each trigger's consumer-group lag with
+    ``XINFO GROUPS``, and the scalingModifiers formula over the triggers' names is the backlog
+    (every write not yet given to a worker). The user can do nothing else: not read an entry or
+    a document, not touch the group."""
+    files = kubernetes.manifests(kubernetes.Options(KEYS))
+    scaled = files["keda.yaml"][1]["spec"]
+    [_, secret] = files["secret.yaml"]
     async with running_workers(_url(server, "worker"), KEYS, 1):  # creates the groups, then stops
         pass
-    scaler = Redis(host="127.0.0.1", port=server.port, username="wm-scaler", password=PASSWORDS["scaler"],
-                   protocol=3, decode_responses=True)
+    scaler = Redis(host="127.0.0.1", port=server.port, username=secret["stringData"]["username"],
+                   password=PASSWORDS["scaler"], protocol=3, decode_responses=True)
 
     async def backlog() -> int:
-        total = 0
-        for stream in KEYS.all_writes():
-            [group] = [g for g in await scaler.xinfo_groups(stream) if g["name"] == GROUP]
-            total += int(group["lag"])
-        return total
+        lag = {}
+        for trigger in scaled["triggers"]:
+            groups = await scaler.xinfo_groups(trigger["metadata"]["stream"])
+            [group] = [g for g in groups if g["name"] == trigger["metadata"]["consumerGroup"]]
+            lag[trigger["name"]] = int(group["lag"])
+        terms = [term.strip() for term in scaled["advanced"]["scalingModifiers"]["formula"].split("+")]
+        return sum(lag[term] for term in terms)
 
     before = await backlog()
-    store = WorkingMemoryStore(writer, keys=KEYS)
-    for i in range(3):
+    store = WorkingMemoryStore(clients["writer"], keys=KEYS)
+    for i in range(5):
         await store.replace(f"scaled-{i}", f"# User {i}\n- waits for a worker")
-    assert await backlog() == before + 3
+    assert await backlog() == before + 5
     for attempt in (scaler.xrange(KEYS.writes(0)), scaler.xlen(KEYS.writes(0)), scaler.hget(KEYS.doc("r:x"), "data"),
                     scaler.xgroup_destroy(KEYS.writes(0), GROUP), scaler.xinfo_groups(KEYS.dead_letters(0))):
         with pytest.raises(redis_exc.NoPermissionError):
             await attempt
-    await scaler.aclose()
     async with running_workers(_url(server, "worker"), KEYS, 1):  # leave the server caught up
         await wait_caught_up(clients["operator"], KEYS)
+    assert await backlog() == 0
+    await scaler.aclose()
 
 
 # -- the roles end to end ---------------------------------------------------------------
