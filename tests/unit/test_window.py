@@ -5,6 +5,7 @@ from __future__ import annotations
 from signals.core.codec import encode_json
 from signals.core.lane import LaneOptions, LaneTracking, advance
 from signals.core.models import Attributes, WriteEvent
+from signals.core.processor import Policy
 from signals.core.render import anthropic_message, render_markup
 from signals.core.window import Injection, StepResult, WindowTracker, trim_window
 
@@ -21,8 +22,9 @@ def _doc(*changes: tuple[int, str]) -> str:
 class Loop:
     """A minimal agent loop: applies step results to a list of held message ids."""
 
-    def __init__(self) -> None:
-        self.tracker = WindowTracker("r:u")
+    def __init__(self, *, coalesce: bool | None = None, policy: Policy = "compact") -> None:
+        self.tracker = WindowTracker("r:u", coalesce=coalesce)
+        self.policy: Policy = policy
         self.lane = LaneTracking()
         self.held: list[str] = []
         self.version = 0
@@ -31,7 +33,7 @@ class Loop:
         self.version += 1
         event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=self.version,
                            data=text, op="replace", resource_id="u")
-        self.lane, signal = advance(self.lane, event, LaneOptions(policy="compact", snapshot_every=100))
+        self.lane, signal = advance(self.lane, event, LaneOptions(policy=self.policy, snapshot_every=100))
         if signal is not None:
             self.tracker.offer(signal, self.lane.value)
 
@@ -59,8 +61,8 @@ def test_nothing_new_adds_nothing() -> None:
 
 
 def test_new_signals_are_added_as_deltas() -> None:
-    """With the snapshot held, new versions arrive as the worker's deltas."""
-    loop = Loop()
+    """With the snapshot held and coalescing off, new versions arrive as the worker's deltas."""
+    loop = Loop(coalesce=False)
     loop.write(_doc())
     loop.step()
     loop.write(_doc((2, "- changed")))
@@ -89,7 +91,7 @@ def test_trimmed_snapshot_is_reinjected_and_orphans_dropped() -> None:
 
 def test_missing_intermediate_version_gives_a_snapshot() -> None:
     """If a needed version is unknown to the tracker, it sends a snapshot instead of a broken chain."""
-    loop = Loop()
+    loop = Loop(coalesce=False)
     loop.write(_doc())
     loop.step()
     loop.write(_doc((1, "- a")))
