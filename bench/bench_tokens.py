@@ -382,21 +382,27 @@ def run() -> list[dict[str, Any]]:
 
 
 def targets(rows: list[dict[str, Any]]) -> list[tuple[str, bool]]:
-    """The targets, each with whether every row meets it (bytes / 4 counts, and cl100k when available)."""
-    checks: list[tuple[str, Callable[[dict[str, Any]], bool]]] = [
-        ("coalesced <= 1.05x the enveloped floor", lambda t: t["coalesced"] <= 1.05 * t["floor_env"]),
-        ("coalesced <= uncoalesced", lambda t: t["coalesced"] <= t["compact"]),
-        ("coalesced <= mastra", lambda t: t["coalesced"] <= t["mastra"]),
+    """The targets, each with whether every row meets it and the worst ratio, in both counts.
+
+    The issue set them in bytes / 4 (the counts the table always had); the cl100k lines
+    show how the same deliveries fare in a real tokenizer's counts.
+    """
+    bursty = [r for r in rows if r["bursty"]]
+    calm = [r for r in rows if not r["bursty"]]
+    checks: list[tuple[str, list[dict[str, Any]], str, str, float]] = [
+        ("coalesced <= 1.05x the enveloped floor", rows, "coalesced", "floor_env", 1.05),
+        ("coalesced <= uncoalesced", rows, "coalesced", "compact", 1.0),
+        ("coalesced <= mastra", rows, "coalesced", "mastra", 1.0),
+        ("bursty: coalesced <= 0.6x uncoalesced", bursty, "coalesced", "compact", 0.6),
+        # (a) resends the whole memory per call; the target was set for a write every ~10
+        # turns, not for one on every call: it applies to the six calm conversations
+        ("coalesced <= 15% of (a), a write every ~10 turns", calm, "coalesced", "system", 0.15),
     ]
     out = []
     for name in [n for n, c in COUNTERS.items() if c is not None]:
-        out += [(f"{label} ({name})", all(check(r[name]) for r in rows)) for label, check in checks]
-        out.append((f"bursty: coalesced <= 0.6x uncoalesced ({name})",
-                    all(r[name]["coalesced"] <= 0.6 * r[name]["compact"] for r in rows if r["bursty"])))
-        # (a) resends the whole memory per call; a write every call on average is not what
-        # this target was set for (about 10% of turns): it applies to the six others
-        out.append((f"coalesced <= 15% of (a), one write per ~10 turns ({name})",
-                    all(r[name]["coalesced"] <= 0.15 * r[name]["system"] for r in rows if not r["bursty"])))
+        for label, subset, num, den, limit in checks:
+            worst = max(r[name][num] / r[name][den] for r in subset)
+            out.append((f"{label} ({name}; worst {worst:.3f})", worst <= limit))
     return out
 
 
