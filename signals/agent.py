@@ -85,6 +85,9 @@ class AgentWorkingMemory:
             :mod:`signals.core.window`). ``None`` (the default): coalesce signals of the
             ``compact`` policy (the workers' default), keep one message per signal for
             ``mastra`` (Mastra's behaviour); ``True``/``False`` force it either way.
+            A catch-up costs one diff of the document on the calling thread, bounded by
+            the diff budget (:data:`~signals.core.processor.DEFAULT_MAX_DIFF_EDITS` edits,
+            tens of milliseconds at worst for a 64 KiB document), once per burst.
         count_tokens: the token counter the coalescing choice uses (UTF-8 bytes / 4 by
             default; :func:`signals.tokenizers.token_counter` gives ``cl100k``).
 
