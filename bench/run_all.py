@@ -126,25 +126,7 @@ def main() -> None:
     out(f"Growth from {rss[1]['lanes']:,} to {rss[-1]['lanes']:,} lanes: {rss[-1]['rss_mb'] - rss[1]['rss_mb']:.1f} MB "
         "(target < 100 MB; the first row is the worker just after start-up).")
     out()
-    out("## Token economics (200-turn conversations, ~10% of turns update the memory)")
-    out()
-    out("Working-memory tokens sent to the model: (a) whole memory in the system prompt every turn, "
-        "(b) state signals, mastra policy, (c) state signals, compact policy; the floor is one rendered snapshot "
-        "per window period plus the changed lines. Cache turns: turns whose system prompt equals the previous "
-        "turn's (a proxy for provider prompt caching). Tokens: UTF-8 bytes / 4.")
-    out()
-    out("| conversation | updates | (a) system | (b) mastra | (c) compact | floor | c/floor | c/enveloped floor "
-        "| c/(a) | cache (a) | cache (c) |")
-    out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in bench_tokens.run():
-        out(f"| {r['conversation']} | {r['updates']} | {r['system']:,} | {r['mastra']:,} | {r['compact']:,} | "
-            f"{r['floor']:,} | {r['compact_vs_floor']:.2f} | {r['compact_vs_floor_env']:.2f} | "
-            f"{r['compact_vs_system']:.1%} | "
-            f"{r['cache_system']}/200 | {r['cache_signals']}/200 |")
-    out()
-    out("Targets: compact <= mastra, <= 1.25x the floor and <= 15% of (a) on every conversation. The enveloped "
-        "floor adds, per update, the tags and hunk header every Mastra-compatible delta message carries; on small "
-        "documents that envelope, not the diff, is what keeps compact above 1.25x the bare floor.")
+    bench_tokens.section(out)
     out()
     out(f"Total benchmark time: {time.perf_counter() - started:.0f} s.")
     if not q:

@@ -28,6 +28,7 @@ from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Attributes, Reason
 from signals.core.signing import Signer
 from signals.core.system_message import TemplateProvider, working_memory_system_message
+from signals.core.tokens import TokenCounter, approx_tokens
 from signals.core.window import Injection, StepResult, WindowTracker
 from signals.errors import InvalidInputError
 from signals.streams.client import Client
@@ -79,6 +80,16 @@ class AgentWorkingMemory:
         template_provider: the template for the system-message delivery, per request.
         signer: when given, only signals with a valid MAC reach the model (see
             :mod:`signals.core.signing`); any other entry is skipped and logged.
+        coalesce: when several new signals arrive between two model calls, add ONE
+            catch-up message from the held version to the latest (see
+            :mod:`signals.core.window`). ``None`` (the default): coalesce signals of the
+            ``compact`` policy (the workers' default), keep one message per signal for
+            ``mastra`` (Mastra's behaviour); ``True``/``False`` force it either way.
+            A catch-up costs one diff of the document on the calling thread, bounded by
+            the diff budget (:data:`~signals.core.processor.DEFAULT_MAX_DIFF_EDITS` edits,
+            tens of milliseconds at worst for a 64 KiB document), once per burst.
+        count_tokens: the token counter the coalescing choice uses (UTF-8 bytes / 4 by
+            default; :func:`signals.tokenizers.token_counter` gives ``cl100k``).
 
     Nothing read from the signal stream is trusted: the subscription delivers only
     signals it has verified (decoded, of this lane, chained, cacheKey matching; MAC'd
@@ -100,6 +111,8 @@ class AgentWorkingMemory:
         log_deliveries: bool = True,
         template_provider: TemplateProvider | None = None,
         signer: Signer | None = None,
+        coalesce: bool | None = None,
+        count_tokens: TokenCounter = approx_tokens,
     ) -> None:
         if delivery not in ("state-signals", "system-message"):
             raise InvalidInputError(f"delivery must be 'state-signals' or 'system-message', not {delivery!r}")
@@ -112,7 +125,7 @@ class AgentWorkingMemory:
         self.lane = lane_id(self.config.scope, resource_id, thread_id)
         self.store = WorkingMemoryStore(redis, keys=keys, config=self.config, read_only=read_only)
         self.subscription = Subscription(redis, keys, self.lane, signer=signer)
-        self.window = WindowTracker(self.lane)
+        self.window = WindowTracker(self.lane, coalesce=coalesce, count_tokens=count_tokens)
         self.log = DeliveryLog(redis, keys) if (log_deliveries and thread_id) else None
         self._steps = 0  # system-message delivery: its own step count (the tracker is unused)
         self._logged_key: str | None = None  # system-message delivery: the cacheKey last logged

@@ -14,6 +14,7 @@ __all__ = (
     "EmptyTemplateOverwriteError",
     "GroupMissingError",
     "InvalidInputError",
+    "MissingDependencyError",
     "NamespaceMismatchError",
     "PatchError",
     "ReadOnlyError",
@@ -74,6 +75,10 @@ class CorruptDataError(InvalidInputError):
 class NamespaceMismatchError(InvalidInputError):
     """Raised when a process's settings disagree with those stored for its namespace (the
     partition count): it would address keys no other process reads."""
+
+
+class MissingDependencyError(InvalidInputError):
+    """Raised when a feature needs an optional extra that is not installed (names the extra)."""
 
 
 class ReadOnlyError(WmSignalsError):

@@ -254,6 +254,9 @@ def register(sub: Any) -> None:
     worker.add_argument("--keep-snapshots", type=int, help="snapshot chains kept per lane stream")
     worker.add_argument("--max-diff-edits", type=int,
                         help="line edits a delta may take before a snapshot is sent instead (default 300)")
+    worker.add_argument("--token-counter", choices=("bytes4", "cl100k"),
+                        help="tokens for the compact policy's delta-or-snapshot test (default bytes4; "
+                             "cl100k needs the tokens extra)")
     worker.add_argument("--batch", type=int, help="entries per read")
     worker.add_argument("--consumer-name", help="consumer name (default host-pid)")
     worker.add_argument("--grace-s", type=float, help="seconds in-flight work gets on shutdown")

@@ -97,7 +97,9 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
             if args.json:
                 sys.stdout.write(encode_json(d) + "\n")
             else:
-                _console.print(f"step {d.step}: {d.lane} v{d.version} {d.mode} ({d.reason}) "
+                # a coalesced catch-up delta carries versions baseVersion+1..version
+                versions = f"v{d.version}" if d.base_version is None else f"v{d.base_version + 1}..{d.version}"
+                _console.print(f"step {d.step}: {d.lane} {versions} {d.mode} ({d.reason}) "
                                f"{d.cache_key[:19]}… {d.at or ''}")
         return 0
     if not signals:

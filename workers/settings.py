@@ -9,8 +9,11 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from signals.core.lane import LaneOptions
+from signals.core.tokens import CounterName
+from signals.errors import MissingDependencyError
 from signals.streams.client import TLSOptions
 from signals.streams.keys import Keys
+from signals.tokenizers import check_counter, token_counter
 from workers.consumer import ConsumerOptions
 
 __all__ = ("MIN_SIGNING_KEY_BYTES", "Settings")
@@ -66,6 +69,8 @@ class Settings(BaseSettings):
     consumer_name: str | None = None
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "info"
+    # the compact policy's size test counts with it: bytes4, or cl100k (the tokens extra)
+    token_counter: CounterName = "bytes4"  # noqa: S105 - a counter's name, not a secret
 
     @field_validator("*", mode="after")
     @classmethod
@@ -76,6 +81,15 @@ class Settings(BaseSettings):
                 text.encode("utf-8")
             except UnicodeEncodeError as e:
                 raise ValueError(f"not valid UTF-8 (an undecodable byte at position {e.start})") from e
+        return value
+
+    @field_validator("token_counter", mode="after")
+    @classmethod
+    def _counter_available(cls, value: str) -> str:
+        try:
+            check_counter(value)
+        except MissingDependencyError as e:
+            raise ValueError(str(e)) from e
         return value
 
     @model_validator(mode="after")
@@ -127,7 +141,8 @@ class Settings(BaseSettings):
     def consumer_options(self) -> ConsumerOptions:
         """The consumer's options."""
         return ConsumerOptions(
-            lane=LaneOptions(self.policy, self.snapshot_every, self.omit_delta_value, self.max_diff_edits),
+            lane=LaneOptions(self.policy, self.snapshot_every, self.omit_delta_value, self.max_diff_edits,
+                             token_counter(self.token_counter)),
             batch=self.batch,
             block_ms=self.block_ms,
             keep_snapshots=self.keep_snapshots,

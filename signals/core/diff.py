@@ -271,10 +271,12 @@ def compact_patch(
     For the ``compact`` policy, where any patch that :func:`apply_patch` applies is
     correct. Lines are the ``\n``-separated pieces (what :func:`apply_patch` splits on).
     When both texts have as many lines (lines edited in place, the usual working-memory
-    update) each run of differing lines becomes one hunk in linear time; otherwise, or
-    when many lines differ, the common prefix and suffix are skipped with C-level
-    comparisons and the Myers search runs on the middle only, and the smaller patch
-    wins.
+    update) each run of differing lines becomes one hunk in linear time; unless a single
+    line differs, the common prefix and suffix are then skipped with C-level comparisons
+    and the Myers search runs on the middle only (bounded by the in-place patch's edit
+    count when at most a few lines differ: it can only win with fewer edits, as when one
+    line was removed and another added further down, shifting those between), and the
+    smaller patch wins.
 
     Args:
         prior: the old text.
@@ -287,17 +289,20 @@ def compact_patch(
     old: list[Token] = list(prior.split("\n"))
     new: list[Token] = list(nxt.split("\n"))
     candidates: list[list[Hunk]] = []
+    limits = [limit for limit in (max_edits, search_edits) if limit is not None]
     if len(old) == len(new):
         in_place = _in_place(old, new, 0)
-        if sum(h.old_lines for h in in_place) <= _FEW_LINES:
-            return _within(in_place, max_edits)
-        candidates.append(in_place)  # many lines differ: maybe they shifted; compare with Myers
+        changed = sum(h.old_lines for h in in_place)
+        if changed <= 1:
+            return _within(in_place, max_edits)  # one line replaced: no patch is smaller
+        candidates.append(in_place)  # maybe the lines shifted (one removed, one added): compare with Myers
+        if changed <= _FEW_LINES:
+            limits.append(2 * changed - 1)  # Myers only wins with fewer edits: a search of a few steps
     head = _snake(old, new, 0, 0)
     stop = head - 1 if head else None
     tail = _snake(old[:stop:-1], new[:stop:-1], 0, 0)
     mid_old, mid_new = old[head : len(old) - tail], new[head : len(new) - tail]
     with contextlib.suppress(_Abandoned):
-        limits = [limit for limit in (max_edits, search_edits) if limit is not None]
         script = _edit_script(mid_old, mid_new, min(limits, default=None))
         candidates.append(_hunks(script, mid_old, mid_new, head))
     patches = [p for p in (_within(c, max_edits) for c in candidates) if p is not None]

@@ -20,6 +20,7 @@ import msgspec
 from signals.core._time import now_iso
 from signals.core.models import STATE_ID, TAG_NAME, Format, Scope, Signal, WriteEvent
 from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide
+from signals.core.tokens import TokenCounter, approx_tokens
 from signals.errors import CorruptDataError
 
 __all__ = (
@@ -225,6 +226,8 @@ class LaneOptions:
     max_diff_edits: int | None = DEFAULT_MAX_DIFF_EDITS
     """Past this many line edits the worker emits a snapshot instead of a delta (bounded
     work per write, see :func:`signals.core.processor.decide`); ``None``: no budget."""
+    count_tokens: TokenCounter = approx_tokens
+    """The ``compact`` policy's size test counts tokens with it (see :mod:`signals.core.tokens`)."""
 
 
 def advance(
@@ -253,6 +256,7 @@ def advance(
         policy=options.policy,
         force_snapshot=force_snapshot or tracking.since_snapshot >= options.snapshot_every,
         max_diff_edits=options.max_diff_edits,
+        count_tokens=options.count_tokens,
     )
     if proposal is None:
         return msgspec.structs.replace(tracking, write_version=event.version), None
@@ -274,6 +278,7 @@ def advance(
         emitted_at=now or now_iso(),
         base_version=tracking.version if delta else None,
         write_version=event.version,
+        policy=None if options.policy == "mastra" else options.policy,
     )
     new = LaneTracking(
         version=version,

@@ -51,6 +51,9 @@ class Signal(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_only=
     ``value`` is the full text after the signal; on a delta it may be left out of the
     stream (a subscriber rebuilds it). ``base_version`` is the lane version a delta
     applies to; ``write_version`` is the document version that produced the signal.
+    ``policy`` names the worker policy that produced the signal when it is not ``mastra``
+    (``mastra`` signals leave it out, byte for byte Mastra's): an agent loop coalesces the
+    catch-up of ``compact`` signals by default (see :mod:`signals.core.window`).
     """
 
     id: str
@@ -68,6 +71,7 @@ class Signal(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_only=
     emitted_at: str | None = None
     base_version: int | None = None
     write_version: int | None = None
+    policy: str | None = None
 
 
 class WriteEvent(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="camel"):
@@ -90,12 +94,16 @@ class WriteEvent(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="ca
     idempotency_key: str | None = None
 
 
-class Delivery(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="camel"):
+class Delivery(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_only=True, rename="camel"):
     """One working-memory message an agent loop put into its model's context window.
 
     What the delivery log keeps of an :class:`~signals.core.window.Injection` (built by
     :meth:`~signals.core.window.Injection.delivery`): the window's message id and the
     full text after the version are not logged; the thread, the lane and the time are.
+
+    ``base_version`` is set on a coalesced catch-up delta only: the version the patch
+    applies to, so the record carries versions ``base_version + 1 .. version`` at once
+    (a plain delta applies to ``version - 1``; older records have no such field).
     """
 
     thread_id: str
@@ -108,6 +116,7 @@ class Delivery(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="came
     contents: str
     attributes: Attributes
     at: str | None = None
+    base_version: int | None = None
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -37,7 +37,7 @@ from signals.core.codec import decode_json, encode_json
 from signals.core.diff import apply_patch, compact_patch, unified_patch
 from signals.core.merge import deep_merge, merge_patch
 from signals.core.models import Attributes, Format, Mode, Scope
-from signals.core.tokens import approx_tokens
+from signals.core.tokens import TokenCounter, approx_tokens
 from signals.errors import InvalidInputError, PatchError
 
 __all__ = (
@@ -91,6 +91,7 @@ def decide(
     configured: bool = True,
     force_snapshot: bool = False,
     max_diff_edits: int | None = DEFAULT_MAX_DIFF_EDITS,
+    count_tokens: TokenCounter = approx_tokens,
 ) -> Proposal | None:
     """Decide what the lane emits for the stored ``data``; ``None`` means nothing new.
 
@@ -110,6 +111,8 @@ def decide(
             a snapshot instead of a delta, in both policies. ``None``: no limit, Mastra's
             behaviour even on pathological rewrites (minutes of CPU for a shuffled 64 KiB
             document).
+        count_tokens: the ``compact`` policy's size test counts with it (UTF-8 bytes / 4
+            by default; see :mod:`signals.core.tokens`). Unused by the ``mastra`` policy.
     """
     if not configured or data is None:
         return None
@@ -120,14 +123,16 @@ def decide(
     if has_snapshot and current_cache_key == key:
         return None
     if has_snapshot and prior and not force_snapshot:
-        delta = _delta(prior, contents, fmt=fmt, scope=scope, key=key, policy=policy, budget=max_diff_edits)
+        delta = _delta(prior, contents, fmt=fmt, scope=scope, key=key, policy=policy, budget=max_diff_edits,
+                       count=count_tokens)
         if delta is not None:
             return delta
     return Proposal("snapshot", key, contents, contents, Attributes(format=fmt, scope=scope))
 
 
 def _delta(
-    prior: str, contents: str, *, fmt: Format, scope: Scope, key: str, policy: Policy, budget: int | None
+    prior: str, contents: str, *, fmt: Format, scope: Scope, key: str, policy: Policy, budget: int | None,
+    count: TokenCounter,
 ) -> Proposal | None:
     if fmt == "markdown":
         if policy == "mastra":
@@ -138,13 +143,13 @@ def _delta(
             # Past this many edited lines the patch outweighs the snapshot: stop early.
             size = 2 * contents.count("\n") + 16
             patch = compact_patch(prior, contents, max_edits=size, search_edits=budget)
-            if patch is None or approx_tokens(patch) >= approx_tokens(contents):
+            if patch is None or count(patch) >= count(contents):
                 return None
         attrs = Attributes(format=fmt, scope=scope, patch=UNIFIED_DIFF)
         return Proposal("delta", key, patch, contents, attrs)
     if policy == "compact":
         patch_text = _json_merge_delta(prior, contents)
-        if patch_text is not None and approx_tokens(patch_text) < approx_tokens(contents):
+        if patch_text is not None and count(patch_text) < count(contents):
             attrs = Attributes(format=fmt, scope=scope, patch=JSON_MERGE_PATCH)
             return Proposal("delta", key, patch_text, contents, attrs)
     return None

@@ -17,6 +17,27 @@ ids of stale ones it may drop). The rules:
 * nothing is added when nothing changed. A version is never added while a copy of it
   is held.
 
+**Coalesced catch-up.** When more than one lane version is missing after the held chain
+(a burst of writes between two model calls) and the latest is known, a tracker that
+coalesces adds ONE message taking the model from the version it holds to the latest:
+a delta computed from the held text to the latest text (a hunks-only unified diff for
+Markdown, under the diff budget; for JSON under ``compact`` an RFC 7396 merge patch; under
+``mastra`` a JSON lane gets a snapshot) or a snapshot of the latest when that is fewer
+tokens. It does so only when the message is fewer tokens than the per-signal messages
+would be (when those are all known), so coalescing never sends more. The coalesced delta
+is an :class:`Injection` whose ``base_version`` names the version it applies to: it holds
+every version ``base_version + 1 .. version`` (for the no-duplicate rule, and in
+:meth:`Injection.versions`), and :meth:`WindowTracker.rebuild` applies it to the text at
+``base_version``. Trimming it loses all of its versions at once: the next step catches up
+again from what is still held. Its markup is the contract's, unchanged
+(``<working-memory format=... scope=... patch="unified-diff">``): the model needs the
+state, not the range, so the range is logged (``Delivery.base_version``), not rendered.
+
+Whether a tracker coalesces: ``coalesce=True``/``False``, or ``None`` (the default):
+coalesce when the latest signal says the worker ran the ``compact`` policy
+(``Signal.policy``); ``mastra`` signals carry no policy and keep Mastra's one message per
+signal, byte for byte.
+
 Re-injection is a delivery of an existing lane version into this window, not a new
 lane version (the worker alone numbers a lane's versions, see :mod:`signals.core.lane`);
 every addition is reported so that it can be logged.
@@ -24,14 +45,15 @@ every addition is reported so that it can be logged.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
 from signals.core.cachekey import cache_key
 from signals.core.models import Attributes, Delivery, Mode, Reason, Signal
-from signals.core.processor import apply_delta
+from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, apply_delta, decide
 from signals.core.render import chat_message, signal_markup
-from signals.core.tokens import approx_tokens
+from signals.core.tokens import TokenCounter, approx_tokens
 from signals.errors import InvalidInputError
 
 __all__ = ("Injection", "StepResult", "WindowTracker", "trim_window")
@@ -43,7 +65,9 @@ class Injection:
 
     The loop sends :attr:`message` and keeps :attr:`id`; the delivery log keeps
     :meth:`delivery` of it. ``contents`` is what the model reads (a whole text or a
-    patch, per ``mode``); ``value`` is the full text at ``version``.
+    patch, per ``mode``); ``value`` is the full text at ``version``. ``base_version`` is
+    set on a coalesced catch-up delta only: the version its patch applies to (a plain
+    delta applies to ``version - 1``).
     """
 
     id: str
@@ -55,6 +79,17 @@ class Injection:
     contents: str
     attributes: Attributes
     value: str
+    base_version: int | None = None
+
+    @property
+    def base(self) -> int:
+        """The version a delta applies to (``version - 1`` unless coalesced)."""
+        return self.version - 1 if self.base_version is None else self.base_version
+
+    @property
+    def versions(self) -> range:
+        """The lane versions this message holds: its version, or a coalesced delta's range."""
+        return range(self.base + 1 if self.mode == "delta" else self.version, self.version + 1)
 
     @property
     def markup(self) -> str:
@@ -70,7 +105,7 @@ class Injection:
         """The delivery-log record of this message (the wire form; ``id`` and ``value`` stay here)."""
         return Delivery(thread_id=thread_id, step=self.step, lane=lane, version=self.version, mode=self.mode,
                         reason=self.reason, cache_key=self.cache_key, contents=self.contents,
-                        attributes=self.attributes, at=at)
+                        attributes=self.attributes, at=at, base_version=self.base_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,15 +123,24 @@ class WindowTracker:
 
     Args:
         lane: the lane's id (used in message ids).
+        coalesce: catch up on a burst with one message (see the module docstring);
+            ``None``: when the latest signal was made by the ``compact`` policy.
+        count_tokens: the token counter that compares a coalesced message with the
+            per-signal messages and with a snapshot.
+        max_diff_edits: the diff budget of a coalesced Markdown delta (see
+            :func:`signals.core.processor.decide`); past it, a snapshot.
     """
 
     lane: str
+    coalesce: bool | None = None
+    count_tokens: TokenCounter = approx_tokens
+    max_diff_edits: int | None = DEFAULT_MAX_DIFF_EDITS
     _injected: dict[str, Injection] = field(default_factory=dict)
     _known: dict[int, tuple[Signal, str]] = field(default_factory=dict)
     _latest: int = 0
     _steps: int = 0
     _ids: itertools.count[int] = field(default_factory=itertools.count)
-    _delivered: bool = False
+    _sent: int = 0  # the highest version delivered into this window so far
 
     def offer(self, signal: Signal, value: str) -> None:
         """Make a lane signal (with the full text after it) known to the tracker."""
@@ -109,32 +153,36 @@ class WindowTracker:
         """The injection behind a message id, if this tracker made it."""
         return self._injected.get(message_id)
 
-    def _chain(self, held: list[Injection]) -> tuple[int | None, set[str]]:
-        """The rebuildable version and the ids of the held injections on that chain."""
-        snapshots = sorted((i for i in held if i.mode == "snapshot"), key=lambda i: i.version)
+    def _chain(self, held: list[Injection]) -> list[Injection]:
+        """The held chain the model rebuilds from, in order: the held snapshot of the
+        highest version, then each held delta that applies to the version reached so far
+        (a coalesced delta applies to its ``base_version``). Empty when no snapshot is held."""
+        snapshots = [i for i in held if i.mode == "snapshot"]
         if not snapshots:
-            return None, set()
-        deltas = {i.version: i for i in held if i.mode == "delta"}
-        base = snapshots[-1]
-        on_chain = {base.id}
-        version = base.version
-        while version + 1 in deltas:
-            version += 1
-            on_chain.add(deltas[version].id)
-        return version, on_chain
+            return []
+        by_base: dict[int, Injection] = {}
+        for inj in held:
+            if inj.mode == "delta" and (inj.base not in by_base or by_base[inj.base].version < inj.version):
+                by_base[inj.base] = inj
+        chain = [max(snapshots, key=lambda i: i.version)]
+        while chain[-1].version in by_base:
+            chain.append(by_base[chain[-1].version])
+        return chain
+
+    def _held(self, held_ids: set[str] | list[str]) -> list[Injection]:
+        return [self._injected[i] for i in held_ids if i in self._injected]
 
     def rebuildable(self, held_ids: set[str] | list[str]) -> int | None:
         """The version the model can rebuild from the held messages (``None``: none)."""
-        held = [self._injected[i] for i in held_ids if i in self._injected]
-        return self._chain(held)[0]
+        chain = self._chain(self._held(held_ids))
+        return chain[-1].version if chain else None
 
     def rebuild(self, held_ids: set[str] | list[str]) -> str | None:
-        """The working memory the model can rebuild: last held snapshot plus deltas after it."""
-        held = [self._injected[i] for i in held_ids if i in self._injected]
-        version, on_chain = self._chain(held)
-        if version is None:
+        """The working memory the model can rebuild: last held snapshot plus the deltas
+        chained after it (a coalesced delta applied to the text at its base version)."""
+        chain = self._chain(self._held(held_ids))
+        if not chain:
             return None
-        chain = sorted((i for i in held if i.id in on_chain), key=lambda i: i.version)
         text = chain[0].contents
         for inj in chain[1:]:
             text = apply_delta(text, inj.contents, inj.attributes.patch)
@@ -148,43 +196,85 @@ class WindowTracker:
         # a message trimmed out of the window never comes back: forget it
         self._injected = {i: inj for i, inj in self._injected.items() if i in held_set}
         held = list(self._injected.values())
-        version, on_chain = self._chain(held)
+        chain = self._chain(held)
+        version = chain[-1].version if chain else None
         latest = self._latest
         if latest in (0, version):
             return StepResult(step)
         needed = range((version or 0) + 1, latest + 1)
-        add: list[Injection] = []
+        on_chain = {i.id for i in chain}
+        # deltas off the held chain are useless now and would repeat versions
+        off_chain = tuple(sorted(i.id for i in held if i.mode == "delta" and i.id not in on_chain))
+        per_signal = ([self._build(step, *self._known[v], "new") for v in needed]
+                      if version is not None and all(v in self._known for v in needed) else None)
+        add: list[Injection] | None = per_signal
         drop: tuple[str, ...] = ()
-        if version is not None and all(v in self._known for v in needed):
-            for v in needed:
-                signal, value = self._known[v]
-                add.append(self._inject(step, signal, value, "new"))
-        else:
+        if chain and len(needed) > 1 and latest in self._known and self._coalescing(latest):
+            caught_up = self._catch_up(step, chain[-1], latest)
+            if per_signal is None or self._tokens([caught_up]) < self._tokens(per_signal):
+                add, drop = [caught_up], off_chain
+        if add is None:
             signal, value = self._known[latest]
-            reason: Reason = "reinject" if self._delivered else "bootstrap"
-            add.append(self._inject(step, signal, value, reason))
-            # deltas off any held chain are useless now and would repeat versions
-            drop = tuple(sorted(i.id for i in held if i.mode == "delta" and i.id not in on_chain))
+            reason: Reason = "reinject" if self._sent else "bootstrap"
+            add, drop = [self._build(step, signal, value, reason)], off_chain
         for v in [v for v in self._known if v < latest]:
             del self._known[v]
-        self._delivered = True
-        return StepResult(step, tuple(add), drop)
+        self._sent = max(self._sent, latest)
+        return StepResult(step, tuple(self._register(inj) for inj in add), drop)
 
-    def _new_id(self, version: int) -> str:
-        return f"wm:{self.lane}:v{version}:{next(self._ids)}"
+    def _coalescing(self, latest: int) -> bool:
+        if self.coalesce is not None:
+            return self.coalesce
+        return self._known[latest][0].policy == "compact"
 
-    def _inject(self, step: int, signal: Signal, value: str, reason: Reason) -> Injection:
-        """Put ``signal``'s version into the window: a delta as it came (only as a ``new``
-        signal on an intact chain), anything else as a snapshot of its full text."""
-        if reason == "new" and signal.mode == "delta":
+    def _tokens(self, injections: list[Injection]) -> int:
+        return sum(self.count_tokens(inj.markup) for inj in injections)
+
+    def _catch_up(self, step: int, held: Injection, latest: int) -> Injection:
+        """One message from ``held`` (the end of the held chain) to ``latest``: a delta
+        under the lane's policy, or a snapshot of the latest text when that is fewer tokens.
+
+        The delta is checked by applying it: anything that does not rebuild the latest
+        text exactly (it cannot happen; a guard, not a path) becomes the snapshot.
+        """
+        signal, value = self._known[latest]
+        reason: Reason = "new" if held.version >= self._sent else "reinject"
+        snapshot = self._build(step, signal, value, reason, as_snapshot=True)
+        attrs = signal.attributes
+        proposal = decide(data=value, fmt=attrs.format, scope=attrs.scope, has_snapshot=True,
+                          current_cache_key=None, prior=held.value,
+                          policy="compact" if signal.policy == "compact" else "mastra",
+                          max_diff_edits=self.max_diff_edits, count_tokens=self.count_tokens)
+        if proposal is None or proposal.mode != "delta" or proposal.value != value:
+            return snapshot
+        try:
+            rebuilt = apply_delta(held.value, proposal.contents, proposal.attributes.patch)
+        except InvalidInputError:
+            return snapshot
+        if rebuilt != value:
+            return snapshot
+        delta = Injection(id="", step=step, version=latest, mode="delta", reason=reason,
+                          cache_key=proposal.cache_key, contents=proposal.contents,
+                          attributes=proposal.attributes, value=value, base_version=held.version)
+        return delta if self._tokens([delta]) < self._tokens([snapshot]) else snapshot
+
+    def _build(self, step: int, signal: Signal, value: str, reason: Reason, *, as_snapshot: bool = False) -> Injection:
+        """``signal``'s version as a message: a delta as it came (only as a ``new`` signal
+        on an intact chain), anything else as a snapshot of its full text. Not yet in the
+        window (:meth:`_register` gives it its id)."""
+        if reason == "new" and signal.mode == "delta" and not as_snapshot:
             mode: Mode = "delta"
             key, contents, attrs = signal.cache_key, signal.contents, signal.attributes
         else:
             mode = "snapshot"
             attrs = Attributes(format=signal.attributes.format, scope=signal.attributes.scope)
             key, contents = cache_key(attrs.format, value), value
-        inj = Injection(id=self._new_id(signal.version), step=step, version=signal.version, mode=mode,
-                        reason=reason, cache_key=key, contents=contents, attributes=attrs, value=value)
+        return Injection(id="", step=step, version=signal.version, mode=mode, reason=reason, cache_key=key,
+                         contents=contents, attributes=attrs, value=value)
+
+    def _register(self, inj: Injection) -> Injection:
+        """Give ``inj`` its message id and hold it."""
+        inj = dataclasses.replace(inj, id=f"wm:{self.lane}:v{inj.version}:{next(self._ids)}")
         self._injected[inj.id] = inj
         return inj
 

@@ -4,14 +4,16 @@ Per thread, an append-only Redis stream of :class:`~signals.core.models.Delivery
 (step, lane version, mode, reason, contents), bounded by ``retention`` entries
 (approximate trimming). :meth:`DeliveryLog.view_at` answers "what working memory could
 the model rebuild at step N" from the log: the last snapshot delivered at or before N
-plus the deltas delivered after it, up to N.
+plus the deltas delivered after it, up to N. A coalesced catch-up delta records the
+version it applies to (``baseVersion``) and carries every version after it up to its own.
 
 Nothing read back is trusted: an entry that is not a delivery record of this thread (no
 ``e`` field, not UTF-8, not JSON, wrong types, another thread's id, a version outside
-1..2**53), or a chain that does not rebuild (a delta that does not apply, a text that
-does not match its cacheKey), raises :class:`~signals.errors.CorruptDataError` naming
-the stream and the entry id. The log is evidence of what a model saw: a reader is told
-that it was tampered with, not handed a guess (the CLI maps it to exit 2).
+1..2**53, a base version not below the version), or a chain that does not rebuild (a
+delta that does not apply, a text that does not match its cacheKey), raises
+:class:`~signals.errors.CorruptDataError` naming the stream and the entry id. The log is
+evidence of what a model saw: a reader is told that it was tampered with, not handed a
+guess (the CLI maps it to exit 2).
 """
 
 from __future__ import annotations
@@ -93,7 +95,11 @@ class DeliveryLog:
 
         The last snapshot delivered at or before ``step``, then the deltas after it in
         order; a delta of a version already applied is a re-delivery (the window had
-        lost its copy) and changes nothing. Every text is checked against its cacheKey.
+        lost its copy) and changes nothing. A coalesced delta (``base_version`` set)
+        applies to the text at its base version and carries every version up to its
+        own: its base is the version reached so far, or an earlier one delivered since
+        the last snapshot or before it (the window kept an older chain and caught up
+        from there). Every text is checked against its cacheKey.
 
         Raises:
             CorruptDataError: a bad entry, a version gap, a delta that does not apply or
@@ -104,22 +110,51 @@ class DeliveryLog:
         snapshot = max((i for i, (_, r) in enumerate(records) if r.mode == "snapshot"), default=None)
         if snapshot is None:
             return None
+        texts = _earlier_texts(records[:snapshot])
         chain = records[snapshot:]
         text, version = chain[0][1].contents, chain[0][1].version
         _check_key(stream, chain[0][0], chain[0][1], text)
+        texts[version] = text
         for entry_id, record in chain[1:]:
             if record.version <= version:
                 continue
-            if record.version != version + 1:
+            base = record.version - 1 if record.base_version is None else record.base_version
+            if not (base == version or (record.base_version is not None and base < version and base in texts)):
                 raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
-                                       f"follows version {version}")
-            try:
-                text = apply_delta(text, record.contents, record.attributes.patch)
-            except (InvalidInputError, RecursionError) as e:
-                raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta does not apply: {e}") from e
+                                       f"(applies to {base}) follows version {version}")
+            text = _apply(stream, entry_id, record, texts[base])
             _check_key(stream, entry_id, record, text)
+            texts[record.version] = text
             version = record.version
         return ModelView(step, version, text, tuple(r for _, r in chain))
+
+
+def _apply(stream: str, entry_id: str, record: Delivery, prior: str) -> str:
+    try:
+        return apply_delta(prior, record.contents, record.attributes.patch)
+    except (InvalidInputError, RecursionError) as e:
+        raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta does not apply: {e}") from e
+
+
+def _earlier_texts(records: list[tuple[str, Delivery]]) -> dict[int, str]:
+    """The texts the deliveries before the last snapshot rebuild, by version: the base a
+    coalesced delta after that snapshot may name (the window kept the older chain). Best
+    effort: a record that does not rebuild (its base trimmed away by retention) is left out,
+    and nothing from here is used unless a later record names it and its cacheKey matches."""
+    texts: dict[int, str] = {}
+    for _, record in records:
+        if record.mode == "snapshot":
+            text: str | None = record.contents
+        elif (base := record.version - 1 if record.base_version is None else record.base_version) in texts:
+            try:
+                text = apply_delta(texts[base], record.contents, record.attributes.patch)
+            except (InvalidInputError, RecursionError):
+                text = None
+        else:
+            text = None
+        if text is not None and cache_key(record.attributes.format, text) == record.cache_key:
+            texts[record.version] = text
+    return texts
 
 
 def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
@@ -139,6 +174,9 @@ def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
     if not 0 <= record.step <= MAX_VERSION or not 1 <= record.version <= MAX_VERSION:
         raise CorruptDataError(f"{where}: step {str(record.step)[:40]} or version {str(record.version)[:40]} "
                                "is out of range")
+    if record.base_version is not None and not 0 < record.base_version < record.version:
+        raise CorruptDataError(f"{where}: baseVersion {str(record.base_version)[:40]} is not a version "
+                               f"below {record.version}")
     if {"r:": "resource", "t:": "thread"}.get(record.lane[:2]) != record.attributes.scope:
         raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} does not fit scope {record.attributes.scope!r}")
     return record

@@ -1,10 +1,12 @@
 """The invariant, end to end, with generated histories, real Redis and a real worker.
 
 For any interleaving of replace/merge writes from several writers, worker crashes and
-restarts, policies, and any trimming of the agent's window (by message count or by token
-budget), once the worker has caught up: the working memory rebuilt from the window (last
-snapshot plus the deltas after it) equals the stored one, lane versions only increase,
-and no version is in the window twice.
+restarts, policies, coalescing on or off, and any trimming of the agent's window (by
+message count or by token budget), once the worker has caught up: the working memory
+rebuilt from the window (last snapshot plus the deltas after it) equals the stored one,
+lane versions only increase, and no version is in the window twice (a coalesced catch-up
+delta holds its whole range). The delivery log gives back every message the model was
+given, byte for byte, and what it could rebuild at each step.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from signals.agent import AgentWorkingMemory
 from signals.core.cachekey import js_trim
 from signals.core.memory import WorkingMemoryConfig
+from signals.core.render import signal_markup
 from signals.core.window import trim_window
 from signals.streams.client import connect
 from signals.streams.keys import Keys
@@ -40,6 +43,7 @@ PLAN = st.fixed_dictionaries({
                       st.tuples(st.just("tokens"), st.integers(60, 400))),
     "steps": st.lists(st.lists(WRITE, max_size=3), min_size=4, max_size=14),
     "crash_at": st.one_of(st.none(), st.integers(1, 10)),
+    "coalesce": st.sampled_from([None, True, False]),
 })
 
 
@@ -78,7 +82,10 @@ async def _scenario(url: str, plan: dict[str, Any]) -> None:
     redis = connect(url)
     writers = [WorkingMemoryStore(connect(url), keys=keys, config=cfg) for _ in range(3)]
     await writers[0].create_thread("th", "res")
-    agent = AgentWorkingMemory(redis, keys, resource_id="res", thread_id="th", config=cfg)
+    agent = AgentWorkingMemory(redis, keys, resource_id="res", thread_id="th", config=cfg,
+                               coalesce=plan["coalesce"])
+    seen: list[tuple[int, str]] = []  # (step, markup) of every message the model was given
+    views: dict[int, str] = {}  # step -> what the model could rebuild then
     await agent.start()
     rng = random.Random(0)
     lines = [f"- fact {i}: seed" for i in range(6)]
@@ -112,17 +119,29 @@ async def _scenario(url: str, plan: dict[str, Any]) -> None:
         result = await agent.before_model_call(held)
         window = [(mid, text) for mid, text in window if mid not in result.drop]
         window += [(inj.id, inj.markup) for inj in result.add]
+        seen += [(result.step, inj.markup) for inj in result.add]
         held = [mid for mid, _ in window if mid]
         doc = await writers[0].get("res", "th")
         expected = js_trim(doc.data) if doc else ""
         if expected:
             assert agent.window.rebuild(held) == expected, (index, plan)
-        versions = [agent.window.injection(m).version for m in held]  # type: ignore[union-attr]
+            views[result.step] = expected
+        # a coalesced catch-up delta holds every version of its range
+        versions = [v for m in held for v in agent.window.injection(m).versions]  # type: ignore[union-attr]
         assert len(versions) == len(set(versions)), f"a version is in the window twice: {versions}"
         assert agent.subscription.version >= last_version
         last_version = agent.subscription.version
         window += [(None, f"user says {index} " * rng.randint(1, 8)), (None, f"assistant {index}")]
         window = _trim(window, plan["trim"])
+    # the delivery log rebuilds what the model was given, byte for byte, and what it could
+    # rebuild at each step (the window is trimmed oldest first, so the last logged snapshot
+    # and the deltas after it are what it holds)
+    assert agent.log is not None
+    logged = await agent.log.read("th")
+    assert [(d.step, signal_markup(d.contents, d.attributes)) for d in logged] == seen
+    for step, text in views.items():
+        view = await agent.log.view_at("th", step)
+        assert view is not None and view.text == text, (step, plan)
     for store in writers:
         await store.aclose()
     await redis.aclose()

@@ -39,10 +39,20 @@ def test_compact_patch_applies(old: list[str], new: list[str], sep: str) -> None
 
 
 def test_compact_patch_edits_in_place() -> None:
-    """Lines edited in place give one small hunk per run, without running Myers."""
+    """Lines edited in place give one small hunk per run (Myers, bounded by its edit count, cannot beat it)."""
     prior = "\n".join(f"l{i}" for i in range(10))
     nxt = prior.replace("l2", "X").replace("l7", "Y")
     assert compact_patch(prior, nxt) == "@@ -3,1 +3,1 @@\n-l2\n+X\n@@ -8,1 +8,1 @@\n-l7\n+Y"
+
+
+def test_compact_patch_sees_a_shift_through_a_few_changed_lines() -> None:
+    """One line removed and one appended (the lines between shift up, as many lines as
+    before): two edits, not every shifted line removed and re-added."""
+    old = "\n".join(["# Facts", "- a", "- b", "- c", "- d"])
+    new = "\n".join(["# Facts", "- b", "- c", "- d", "- e"])
+    patch = compact_patch(old, new)
+    assert patch is not None and patch.count("\n") == 3, patch  # two hunks of one line each
+    assert apply_patch(old, patch) == new
 
 
 @given(DOC)

@@ -28,8 +28,12 @@ def test_the_format_is_pinned() -> None:
         '"writeVersion":1},"delivery":null}\n'
         '{"kind":"delivery","entryId":null,"signal":null,"delivery":{"threadId":"t","step":1,"lane":"r:u",'
         '"version":1,"mode":"snapshot","reason":"bootstrap","cacheKey":"sha256:ab","contents":"# Über\\n- tea",'
-        '"attributes":{"format":"markdown","scope":"resource"},"at":null}}\n'
+        '"attributes":{"format":"markdown","scope":"resource"}}}\n'
     )
+    # earlier versions wrote ``"at":null`` for an unstamped delivery (fields at their
+    # default are now left out, like ``baseVersion``): such files still read
+    old = encode_export([], [_DELIVERY]).replace('"scope":"resource"}}}', '"scope":"resource"},"at":null}}')
+    assert decode_export(old.encode()).deliveries == [_DELIVERY]
 
 
 def test_a_file_reads_back_as_written(tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ EXPECTED = frozenset({
     "Attributes", "Delivery", "Signal", "WriteEvent", "render_markup", "run_scenario",
     # errors
     "ConflictError", "CorruptDataError", "DocumentTooLargeError", "EmptyTemplateOverwriteError",
-    "GroupMissingError", "InvalidInputError", "NamespaceMismatchError", "PatchError", "ReadOnlyError",
+    "GroupMissingError", "InvalidInputError", "MissingDependencyError", "NamespaceMismatchError", "PatchError",
+    "ReadOnlyError",
     "RedisBusyError", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError",
     "RedisUnavailableError", "ScenarioError", "SchemaValidationError", "ThreadOwnerError", "VerifyError",
     "WmSignalsError",

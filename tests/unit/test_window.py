@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from signals.core.codec import encode_json
 from signals.core.lane import LaneOptions, LaneTracking, advance
 from signals.core.models import Attributes, WriteEvent
+from signals.core.processor import Policy
 from signals.core.render import anthropic_message, render_markup
 from signals.core.window import Injection, StepResult, WindowTracker, trim_window
 
@@ -21,8 +28,9 @@ def _doc(*changes: tuple[int, str]) -> str:
 class Loop:
     """A minimal agent loop: applies step results to a list of held message ids."""
 
-    def __init__(self) -> None:
-        self.tracker = WindowTracker("r:u")
+    def __init__(self, *, coalesce: bool | None = None, policy: Policy = "compact") -> None:
+        self.tracker = WindowTracker("r:u", coalesce=coalesce)
+        self.policy: Policy = policy
         self.lane = LaneTracking()
         self.held: list[str] = []
         self.version = 0
@@ -31,7 +39,7 @@ class Loop:
         self.version += 1
         event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=self.version,
                            data=text, op="replace", resource_id="u")
-        self.lane, signal = advance(self.lane, event, LaneOptions(policy="compact", snapshot_every=100))
+        self.lane, signal = advance(self.lane, event, LaneOptions(policy=self.policy, snapshot_every=100))
         if signal is not None:
             self.tracker.offer(signal, self.lane.value)
 
@@ -59,8 +67,8 @@ def test_nothing_new_adds_nothing() -> None:
 
 
 def test_new_signals_are_added_as_deltas() -> None:
-    """With the snapshot held, new versions arrive as the worker's deltas."""
-    loop = Loop()
+    """With the snapshot held and coalescing off, new versions arrive as the worker's deltas."""
+    loop = Loop(coalesce=False)
     loop.write(_doc())
     loop.step()
     loop.write(_doc((2, "- changed")))
@@ -89,7 +97,7 @@ def test_trimmed_snapshot_is_reinjected_and_orphans_dropped() -> None:
 
 def test_missing_intermediate_version_gives_a_snapshot() -> None:
     """If a needed version is unknown to the tracker, it sends a snapshot instead of a broken chain."""
-    loop = Loop()
+    loop = Loop(coalesce=False)
     loop.write(_doc())
     loop.step()
     loop.write(_doc((1, "- a")))
@@ -137,3 +145,205 @@ def test_delivery_record_of_an_injection_keeps_the_log_wire_format() -> None:
         '"attributes":{"format":"markdown","scope":"resource","patch":"unified-diff"},'
         '"at":"2025-01-01T00:00:00.000Z"}'
     )
+
+
+def test_a_burst_is_one_coalesced_delta() -> None:
+    """Three compact signals between two model calls: one delta from the held version to
+    the latest, in the contract's markup, holding versions 2..4."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.step()
+    loop.write(_doc((2, "- a")))
+    loop.write(_doc((2, "- b")))
+    loop.write(_doc((2, "- b"), (5, "- c")))
+    (inj,) = loop.step().add
+    assert (inj.mode, inj.reason, inj.version, inj.base_version, inj.versions) == ("delta", "new", 4, 1, range(2, 5))
+    assert inj.markup.startswith('<working-memory format="markdown" scope="resource" patch="unified-diff">')
+    assert loop.tracker.rebuild(loop.held) == _doc((2, "- b"), (5, "- c"))
+    assert inj.delivery(thread_id="t", lane="r:u", at=None).base_version == 1
+
+
+def test_mastra_signals_keep_one_message_each() -> None:
+    """Signals of the mastra policy carry no policy: by default each is its own message."""
+    loop = Loop(policy="mastra")
+    loop.write(_doc())
+    loop.step()
+    loop.write(_doc((2, "- a")))
+    loop.write(_doc((3, "- b")))
+    assert [(a.mode, a.version, a.base_version) for a in loop.step().add] == [("delta", 2, None), ("delta", 3, None)]
+
+
+def test_coalescing_can_be_forced_on_for_mastra_signals() -> None:
+    """coalesce=True on mastra signals: one jsdiff delta in Mastra's patch format."""
+    loop = Loop(policy="mastra", coalesce=True)
+    loop.write(_doc())
+    loop.step()
+    loop.write(_doc((2, "- a")))
+    loop.write(_doc((2, "- a"), (3, "- b")))
+    (inj,) = loop.step().add
+    assert (inj.mode, inj.version, inj.base_version) == ("delta", 3, 1)
+    assert loop.tracker.rebuild(loop.held) == _doc((2, "- a"), (3, "- b"))
+
+
+def test_a_rewrite_catches_up_with_a_snapshot_when_smaller() -> None:
+    """When the delta from the held text would outweigh the latest text, the catch-up is a
+    snapshot of the latest (one message, no duplicate versions)."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.step()
+    loop.write("# Notes\n- short")
+    loop.write("# Other\n- tiny")
+    (inj,) = loop.step().add
+    assert (inj.mode, inj.version, inj.base_version) == ("snapshot", 3, None)
+    assert loop.tracker.rebuild(loop.held) == "# Other\n- tiny"
+
+
+def test_coalescing_never_costs_more_than_the_signals() -> None:
+    """A burst whose per-signal messages are smaller than any one catch-up keeps them."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.step()
+    loop.write(_doc((2, "- a")))
+    loop.write(_doc())  # back to version 1's text: a snapshot or a delta from v2...
+    result = loop.step()
+    per_signal = Loop(coalesce=False)
+    per_signal.write(_doc())
+    per_signal.step()
+    per_signal.write(_doc((2, "- a")))
+    per_signal.write(_doc())
+    cost = sum(len(a.markup) for a in per_signal.step().add)
+    assert sum(len(a.markup) for a in result.add) <= cost
+    assert loop.tracker.rebuild(loop.held) == _doc()
+
+
+def test_a_trimmed_coalesced_delta_is_caught_up_again() -> None:
+    """Trimming a coalesced delta loses its whole range: the next step catches up from the
+    snapshot still held, again in one message."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.step()
+    loop.write(_doc((2, "- a")))
+    loop.write(_doc((2, "- a"), (3, "- b")))
+    (first,) = loop.step().add
+    loop.held.remove(first.id)
+    (again,) = loop.step().add
+    assert (again.mode, again.base_version, again.version, again.reason) == ("delta", 1, 3, "reinject")
+    assert loop.tracker.rebuild(loop.held) == _doc((2, "- a"), (3, "- b"))
+
+
+def test_a_gap_is_caught_up_from_the_held_chain_and_off_chain_deltas_dropped() -> None:
+    """A middle delta trimmed: instead of a snapshot, one delta from the chain still held;
+    the held delta that no longer chains is dropped (it would repeat a version)."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.step()
+    loop.write(_doc((1, "- a")))
+    loop.step()
+    loop.write(_doc((1, "- a"), (4, "- b")))
+    (third,) = loop.step().add
+    loop.held = [h for h in loop.held if loop.tracker.injection(h).version != 2]  # type: ignore[union-attr]
+    result = loop.step()
+    (inj,) = result.add
+    assert (inj.mode, inj.base_version, inj.version) == ("delta", 1, 3)
+    assert result.drop == (third.id,)
+    assert loop.tracker.rebuild(loop.held) == _doc((1, "- a"), (4, "- b"))
+
+
+def test_json_bursts_coalesce_into_one_merge_patch() -> None:
+    """JSON under compact: a burst is one RFC 7396 merge patch from the held object."""
+    tracker = WindowTracker("r:u")
+    lane = LaneTracking()
+    held: list[str] = []
+    docs = ['{"name":"Ada","city":"London","notes":"prefers trains and tea, allergic to peanuts"}',
+            '{"name":"Ada","city":"Paris","notes":"prefers trains and tea, allergic to peanuts"}',
+            '{"name":"Ada","city":"Rome","notes":"prefers trains and tea, allergic to peanuts"}',
+            '{"name":"Ada","city":"Rome","notes":"prefers trains and tea, allergic to peanuts","n":1}']
+    for i, doc in enumerate(docs, 1):
+        event = WriteEvent(lane="r:u", scope="resource", format="json", version=i, data=doc, op="replace",
+                           resource_id="u")
+        lane, signal = advance(lane, event, LaneOptions(policy="compact"))
+        assert signal is not None
+        tracker.offer(signal, lane.value)  # type: ignore[arg-type]
+        if i in (1, 4):
+            held += [a.id for a in tracker.step(held).add]
+    last = tracker.injection(held[-1])
+    assert last is not None
+    assert (last.mode, last.attributes.patch, last.base_version, last.contents) == (
+        "delta", "json-merge-patch", 1, '{"city":"Rome","n":1}')
+    assert tracker.rebuild(held) == docs[-1]
+
+
+# Generated histories (no Redis): bursts of writes between model calls, a worker that
+# loses its delta base (crash: the next signal is a repair snapshot), a subscriber that
+# misses a signal, windows trimmed oldest first or anywhere, coalescing on or off.
+_LINE = st.sampled_from(["- fact a", "- fact b: é", "- fact c 😀", "- note d", "- x\r", ""])
+_EDIT = st.tuples(st.sampled_from(["set", "insert", "delete", "same"]), st.integers(0, 20), _LINE)
+_HISTORY = st.fixed_dictionaries({
+    "policy": st.sampled_from(["compact", "mastra"]),
+    "coalesce": st.sampled_from([None, True, False]),
+    "format": st.sampled_from(["markdown", "json"]),
+    "snapshot_every": st.integers(1, 8),
+    "steps": st.lists(st.tuples(
+        st.lists(_EDIT, max_size=4),                  # the burst before this model call
+        st.sampled_from(["none", "oldest", "any"]),    # how the loop trims its window after it
+        st.integers(0, 2**16),                         # which messages it trims
+        st.sampled_from(["ok", "ok", "ok", "crash", "miss"]),
+    ), min_size=1, max_size=12),
+})
+
+
+def _apply_edit(lines: list[str], edit: tuple[str, int, str]) -> list[str]:
+    kind, at, text = edit
+    lines = list(lines)
+    if kind == "set" and lines:
+        lines[at % len(lines)] = text
+    elif kind == "insert":
+        lines.insert(at % (len(lines) + 1), text)
+    elif kind == "delete" and len(lines) > 1:
+        del lines[at % len(lines)]
+    return lines
+
+
+def _render(fmt: str, lines: list[str]) -> str:
+    if fmt == "json":
+        return encode_json({f"k{i}": line for i, line in enumerate(lines) if line})
+    return "# Notes\n" + "\n".join(lines)
+
+
+@settings(max_examples=150, deadline=None)
+@given(history=_HISTORY)
+def test_generated_histories_keep_the_invariant(history: dict[str, Any]) -> None:
+    """After every model call the held window rebuilds the latest lane text, no version is
+    held twice (a coalesced delta holds its whole range)."""
+    tracker = WindowTracker("r:u", coalesce=history["coalesce"])
+    options = LaneOptions(policy=history["policy"], snapshot_every=history["snapshot_every"])
+    lane = LaneTracking()
+    lines = [f"- fact {i}: seed" for i in range(4)]
+    held: list[str] = []
+    write = 0
+    for burst, trim, which, fault in history["steps"]:
+        signals = []
+        for n, edit in enumerate(burst):
+            lines = _apply_edit(lines, edit)
+            write += 1
+            if fault == "crash" and n == 0:
+                lane = msgspec.structs.replace(lane, value=None)  # the next signal is a repair snapshot
+            event = WriteEvent(lane="r:u", scope="resource", format=history["format"], version=write,
+                               data=_render(history["format"], lines), op="replace", resource_id="u")
+            lane, signal = advance(lane, event, options, now="t")
+            if signal is not None:
+                signals.append((signal, lane.value))
+        for n, (signal, value) in enumerate(signals):
+            if not (fault == "miss" and n == 0 and len(signals) > 1):  # the subscriber never saw it
+                tracker.offer(signal, value)  # type: ignore[arg-type]
+        result = tracker.step(held)
+        held = [h for h in held if h not in result.drop] + [a.id for a in result.add]
+        if lane.version:
+            assert tracker.rebuild(held) == lane.value
+            assert tracker.rebuildable(held) == lane.version
+        ranges = [v for h in held for v in tracker.injection(h).versions]  # type: ignore[union-attr]
+        assert len(ranges) == len(set(ranges)), ranges
+        if trim == "oldest" and held:
+            held = held[which % len(held):]
+        elif trim == "any" and held:
+            del held[which % len(held)]
