@@ -129,7 +129,7 @@ async def test_conversation(redis_server: RedisServer, redis: Redis, keys: Keys)
                     write_from_other_process(redis_server.url, keys, "u", current)
                     await wait_caught_up(redis, keys)
             history.append({"role": "user", "content": f"user says {turn}"})
-            while True:
+            for _ in range(3):  # a call, and one more after a tool call
                 await wait_caught_up(redis, keys)
                 expected = await audit.expect(store, "u")
                 history = await wm.prepare(history)
