@@ -52,7 +52,7 @@ from signals.integrations._core import (
 )
 
 if TYPE_CHECKING:
-    from agents import FunctionTool, RunConfig
+    from agents import RunConfig, Tool
     from agents.run_config import CallModelData, ModelInputData
 
 __all__ = ("OpenAIAgentsWorkingMemory", "ResponsesItemCodec", "is_working_memory_message")
@@ -136,7 +136,7 @@ class OpenAIAgentsWorkingMemory:
 
         return RunConfig(call_model_input_filter=self, **kwargs)
 
-    def tools(self) -> list[FunctionTool]:
+    def tools(self) -> list[Tool]:
         """The ``setWorkingMemory`` function tool (none for a read-only agent)."""
         from agents import FunctionTool  # noqa: PLC0415 - the framework is an optional extra
 
