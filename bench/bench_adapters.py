@@ -238,7 +238,7 @@ def run(calls: int = 1_000) -> list[dict[str, Any]]:
 
 def report(out: Callable[[str], None], *, quick: bool) -> None:
     """The section ``make bench`` prints (``bench/run_all.py``)."""
-    rows = run(50 if quick else 1_000)
+    rows = run(30 if quick else 1_000)
     out(f"## Framework adapters: time added per model call ({rows[0]['calls']:,} calls per adapter)")
     out("")
     out("| adapter | added p50 ms | added p99 ms | adapter CPU p50 ms | loop p50 ms with | loop p50 ms without "
