@@ -36,7 +36,7 @@ tool call and the next model call) reaches the next call: every filter call poll
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from signals.agent import AgentWorkingMemory
@@ -47,6 +47,7 @@ from signals.integrations._core import (
     Prepared,
     combine_instructions,
     content_identity,
+    field,
     is_working_memory_text,
     tool_spec,
 )
@@ -61,17 +62,14 @@ Item = Any  # a TResponseInputItem: a dict, or a pydantic item the SDK left as i
 InputFilter = Callable[["CallModelData[Any]"], "ModelInputData | Awaitable[ModelInputData]"]
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-
 
 def _markup_of(item: Item) -> str | None:
     """The markup a user message item carries when it is a working-memory message."""
-    if _field(item, "role") != "user" or _field(item, "type") not in (None, "message"):
+    if field(item, "role") != "user" or field(item, "type") not in (None, "message"):
         return None
-    content = _field(item, "content")
-    if isinstance(content, list) and len(content) == 1 and _field(content[0], "type") == "input_text":
-        content = _field(content[0], "text")
+    content = field(item, "content")
+    if isinstance(content, list) and len(content) == 1 and field(content[0], "type") == "input_text":
+        content = field(content[0], "text")
     return content if isinstance(content, str) and is_working_memory_text(content) else None
 
 
@@ -89,12 +87,12 @@ class ResponsesItemCodec(MessageCodec[Item]):
 
     def identity(self, message: Item) -> Hashable:
         """The item's ``id`` (model output) or ``call_id`` (tool call, tool output), else its content."""
-        kind = _field(message, "type")
+        kind = field(message, "type")
         for name in ("id", "call_id"):
-            value = _field(message, name)
+            value = field(message, name)
             if isinstance(value, str) and value:
                 return (kind, name, value)
-        return content_identity(_field(message, "role"), kind, _field(message, "content"))
+        return content_identity(field(message, "role"), kind, field(message, "content"))
 
 
 def is_working_memory_message(item: Item) -> bool:
