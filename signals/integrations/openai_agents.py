@@ -7,7 +7,9 @@ One helper per conversation, used as the run's model-input filter and tool sourc
     result = await Runner.run(agent, "hello", session=session, run_config=wm.run_config())
 
 :meth:`OpenAIAgentsWorkingMemory.run_config` sets ``RunConfig(call_model_input_filter=...)``,
-which the SDK (0.24) calls before every model call of a run with ``CallModelData`` and
+which the SDK (0.24) calls before every model call of a run, streamed or not
+(``run_internal/run_loop.py``: ``run_single_turn_streamed`` and ``get_new_response``
+both go through ``maybe_filter_model_input``), with ``CallModelData`` and
 whose ``ModelInputData(input, instructions)`` is what that ONE call sends; the SDK keeps
 none of it in the run's items or the session. So this is an
 :class:`~signals.integrations._core.EphemeralWindow`: the helper keeps its working-memory
