@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from agents import Agent, Model, ModelResponse, Runner, SQLiteSession, Usage
+from agents import Agent, FunctionTool, Model, ModelResponse, Runner, SQLiteSession, Usage
 from agents.memory import SessionSettings
 from agents.run_config import CallModelData, ModelInputData
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
@@ -164,3 +164,14 @@ async def test_read_only_and_system_message(redis_server: RedisServer, redis: Re
             assert names == ["setWorkingMemory"]
     doc = await store.get("u")
     assert doc is not None and doc.data.endswith("coffee now")
+
+
+async def test_bad_tool_arguments_come_back_as_an_error(redis: Redis, keys: Keys) -> None:
+    """Arguments that are not JSON, or not the memory string, are an error result for the model; nothing is stored."""
+    wm = OpenAIAgentsWorkingMemory(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"))
+    (tool,) = wm.tools()
+    assert isinstance(tool, FunctionTool) and tool.name == "setWorkingMemory"
+    for arguments in ("not json", json.dumps({"memory": 42}), "[]"):
+        result = json.loads(await tool.on_invoke_tool(None, arguments))  # type: ignore[arg-type]
+        assert result["success"] is False and result["error"]
+    assert await WorkingMemoryStore(redis, keys=keys).get("u") is None
