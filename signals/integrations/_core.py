@@ -333,7 +333,7 @@ class PersistentWindow(Generic[M]):
         return owners
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Placed:
     inj_id: str
     markup: str
@@ -366,13 +366,14 @@ class EphemeralWindow(Generic[M]):
         await self._start()
         conversation = [conv for conv, _ in self._split.map(messages) if conv is not None]
         ids = self._identity.map(conversation)
-        self._reanchor(ids)
-        result = await self.agent.before_model_call({p.inj_id for p in self._placed})
+        placed = self._reanchor(ids)
+        # the bookkeeping changes only once the lane was read: a failed call leaves it as it was
+        result = await self.agent.before_model_call({p.inj_id for p in placed})
         dropped = set(result.drop)
         anchor = len(conversation) - 1
-        self._placed = [p for p in self._placed if p.inj_id not in dropped]
-        self._placed += [_Placed(inj.id, inj.markup, anchor) for inj in result.add]
-        self._prev = ids
+        placed = [p for p in placed if p.inj_id not in dropped]
+        placed += [_Placed(inj.id, inj.markup, anchor) for inj in result.add]
+        self._placed, self._prev = placed, ids
         after: dict[int, list[str]] = {}
         for p in self._placed:
             after.setdefault(p.anchor, []).append(p.markup)
@@ -385,10 +386,11 @@ class EphemeralWindow(Generic[M]):
                 out.append(message)
         return Prepared(out, result)
 
-    def _reanchor(self, ids: list[Hashable]) -> None:
-        """Move anchors from the last call's list to this one; a gone anchor drops its message."""
+    def _reanchor(self, ids: list[Hashable]) -> list[_Placed]:
+        """The placed messages with anchors moved from the last call's list to this one;
+        a message whose anchor is gone is left out (it counts as dropped)."""
         if not self._placed:
-            return
+            return []
         trimmed, start = _align(self._prev, ids)
         kept: list[_Placed] = []
         for p in self._placed:
@@ -396,9 +398,8 @@ class EphemeralWindow(Generic[M]):
                 if trimmed == 0 and start == 0:
                     kept.append(p)
             elif p.anchor >= trimmed:
-                p.anchor = start + p.anchor - trimmed
-                kept.append(p)
-        self._placed = kept
+                kept.append(_Placed(p.inj_id, p.markup, start + p.anchor - trimmed))
+        return kept
 
 
 def _align(prev: list[Hashable], cur: list[Hashable]) -> tuple[int, int]:

@@ -6,9 +6,12 @@ core's own rules: the alignment of a trimmed list, the text tests, both window k
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Hashable
+from pathlib import Path
 
 import pytest
+from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
@@ -25,6 +28,7 @@ from signals.integrations._core import (
     is_working_memory_system_text,
     is_working_memory_text,
 )
+from signals.streams.client import connect
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
@@ -175,3 +179,29 @@ def test_default_identity_is_content() -> None:
     codec = DictCodec()
     assert _identity_is_content(codec) == codec.identity({"content": "x", "role": "user"})
     assert codec.identity({"role": "user", "content": "y"}) != _identity_is_content(codec)
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_ephemeral_failed_call_changes_nothing(tmp_path: Path) -> None:
+    """Redis goes away during a call: the call fails and the window's anchors are as before it."""
+    server = RedisServer(data_dir=str(tmp_path)).start()
+    keys = Keys("t" + uuid.uuid4().hex[:10], 4)
+    redis = connect(server.url)
+    try:
+        async with running_workers(server.url, keys, 1):
+            await WorkingMemoryStore(redis, keys=keys).replace("u", _doc(1))
+            await wait_caught_up(redis, keys)
+        window = EphemeralWindow(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"), DictCodec())
+        u1, a1, u2, a2, u3 = ({"role": r, "content": f"{r} {n}"} for n, r in enumerate("uauau"))
+        first = (await window.prepare([u1])).messages
+        assert len(first) == 2 and is_working_memory_text(first[1]["content"])
+        server.kill()
+        with pytest.raises(redis_exc.ConnectionError):
+            await window.prepare([a1, u2])  # a trimmed list: had it been applied, the snapshot's anchor is gone
+        server.start()
+        again = await window.prepare([u1, a1, u2, a2, u3])
+        assert again.result.add == () and again.messages == [u1, first[1], a1, u2, a2, u3]
+    finally:
+        await redis.aclose()
+        server.stop()
