@@ -128,6 +128,9 @@ def main() -> None:
     out()
     bench_tokens.section(out)
     out()
+    from bench import bench_adapters  # noqa: PLC0415 - imported here: the frameworks load only for this section
+
+    bench_adapters.report(out, quick=q)
     out(f"Total benchmark time: {time.perf_counter() - started:.0f} s.")
     if not q:
         Path(args.output).write_text("\n".join(lines) + "\n", encoding="utf-8")

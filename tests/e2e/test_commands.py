@@ -50,7 +50,8 @@ def test_benchmarks_run_on_tiny_inputs() -> None:
     """Every benchmark script runs (quick mode); figures are printed, never asserted."""
     proc = _run(["-m", "bench.run_all", "--quick"])
     assert proc.returncode == 0, proc.stderr
-    for section in ("Delta computation", "Worker throughput", "latency", "replay --verify", "RSS", "Token economics"):
+    for section in ("Delta computation", "Worker throughput", "latency", "replay --verify", "RSS", "Token economics",
+                    "Framework adapters"):
         assert section in proc.stdout
 
 
