@@ -23,6 +23,8 @@ import html
 import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,8 +36,10 @@ from signals.streams.client import Client
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import spawn_worker, wait_ready
 
-__all__ = ("Audit", "CallRecord", "parse_markup", "rebuild", "write_from_other_process")
+__all__ = ("Audit", "CallRecord", "next_memory", "parse_markup", "rebuild", "worker_process",
+           "write_from_other_process")
 
 ROOT = Path(__file__).parents[2]
 _TAG = re.compile(r'<working-memory((?: [A-Za-z_][A-Za-z0-9_.-]*="[^"]*")*)(?: />|>([^<]*)</working-memory>)',
@@ -123,3 +127,29 @@ def write_from_other_process(url: str, keys: Keys, resource_id: str, markdown: s
          "--partitions", str(keys.partitions), "--resource", resource_id, "--markdown", markdown],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+@asynccontextmanager
+async def worker_process(url: str, keys: Keys) -> AsyncIterator[None]:
+    """A real worker process (``python -m workers worker``) for the namespace, stopped on exit."""
+    proc = spawn_worker(url, keys, "adapter-test")
+    try:
+        await wait_ready(proc)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def next_memory(markups: list[str], turn: int) -> str:
+    """What a scripted model writes with setWorkingMemory: the memory it rebuilt, plus one fact.
+
+    A model that writes what it was shown plus a change: if the adapter delivered a stale
+    or partial memory, the written document shows it (and the audit catches it).
+    """
+    current = rebuild(markups) or "# Notes"
+    return f"{current}\n- fact from turn {turn}: the user mentioned item number {turn}"
