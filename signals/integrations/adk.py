@@ -117,13 +117,14 @@ class WorkingMemoryTool(BaseTool):
     A refused write comes back to the model as the tool's result, never as an exception.
     """
 
-    def __init__(self, memory: AgentWorkingMemory) -> None:
+    def __init__(self, memory: AgentWorkingMemory, *, binding: _SessionBinding | None = None) -> None:
         spec = tool_spec(memory)
         if spec is None:
             raise InvalidInputError("a read-only agent has no setWorkingMemory tool")
         super().__init__(name=spec.name, description=spec.description)
         self._memory = memory
         self._parameters = spec.parameters
+        self._binding = binding or _SessionBinding()
 
     def _get_declaration(self) -> types.FunctionDeclaration:
         return types.FunctionDeclaration(name=self.name, description=self.description,
@@ -131,15 +132,23 @@ class WorkingMemoryTool(BaseTool):
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         """Perform the write for the model's call."""
-        _check_session(self._memory, tool_context.session.id)
+        self._binding.check(tool_context.session.id)
         return await self._memory.call_tool(args)
 
 
-def _check_session(memory: AgentWorkingMemory, session_id: str) -> None:
-    """One window per session: another session's model must never see this one's memory."""
-    if memory.thread_id is not None and session_id != memory.thread_id:
-        raise InvalidInputError(f"this WorkingMemory is for session {memory.thread_id!r}, "
-                                f"not {session_id!r}: make one per session")
+class _SessionBinding:
+    """One window per session: bound to the first session that uses it, refusing any other,
+    since another session's model must never see this one's memory."""
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+
+    def check(self, session_id: str) -> None:
+        if self.session_id is None:
+            self.session_id = session_id
+        elif session_id != self.session_id:
+            raise InvalidInputError(f"this WorkingMemory serves ADK session {self.session_id!r}, "
+                                    f"not {session_id!r}: make one per session")
 
 
 class WorkingMemory:
@@ -147,22 +156,27 @@ class WorkingMemory:
 
     Args:
         memory: the session's :class:`~signals.agent.AgentWorkingMemory` (its ``thread_id``
-            is the ADK session id: the callback and the tool refuse any other session;
-            ``delivery`` and ``read_only`` choose what they do).
+            is best the ADK session id; ``delivery`` and ``read_only`` choose what the
+            callback and the tool do).
+
+    The callback and the tool serve the first ADK session they see and refuse any other
+    with :class:`~signals.errors.InvalidInputError`: one window is one model's context, and
+    another session's model must never be handed this session's memory.
     """
 
     def __init__(self, memory: AgentWorkingMemory) -> None:
         self.memory = memory
         self.window: EphemeralWindow[types.Content] = EphemeralWindow(memory, _Codec())
+        self._binding = _SessionBinding()
 
     def tools(self) -> list[BaseTool]:
         """The ``setWorkingMemory`` tool, or none for a read-only agent."""
-        return [] if tool_spec(self.memory) is None else [WorkingMemoryTool(self.memory)]
+        return [] if tool_spec(self.memory) is None else [WorkingMemoryTool(self.memory, binding=self._binding)]
 
     async def before_model_callback(self, callback_context: CallbackContext,
                                     llm_request: LlmRequest) -> LlmResponse | None:
         """Put this window's working memory into the request (returns ``None``: the call goes on)."""
-        _check_session(self.memory, callback_context.session.id)
+        self._binding.check(callback_context.session.id)
         prepared = await self.window.prepare(llm_request.contents)
         llm_request.contents = prepared.messages
         if prepared.system is not None:

@@ -57,6 +57,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
 from signals.agent import AgentWorkingMemory
+from signals.errors import InvalidInputError
 from signals.integrations._core import (
     EphemeralWindow,
     MessageCodec,
@@ -71,6 +72,7 @@ try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
     from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
     from langchain_core.tools import BaseTool, StructuredTool
+    from langgraph.config import get_config
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("signals.integrations.langchain needs LangChain: pip install 'wm-signals[langchain]'") from e
 
@@ -126,17 +128,20 @@ class _Codec(MessageCodec[BaseMessage]):
         return ("id", message.id) if message.id else content_identity(message)
 
 
-def working_memory_tool(memory: AgentWorkingMemory) -> BaseTool | None:
+def working_memory_tool(memory: AgentWorkingMemory, *, check: Callable[[], None] | None = None) -> BaseTool | None:
     """The ``setWorkingMemory`` tool as a LangChain ``StructuredTool`` (``None`` when read-only).
 
     Async only (``ainvoke``), like the middleware. A refused write comes back to the model
-    as the tool's result, never as an exception.
+    as the tool's result, never as an exception. ``check`` runs before every write (the
+    middleware's thread binding).
     """
     spec = tool_spec(memory)
     if spec is None:
         return None
 
     async def set_working_memory(**arguments: Any) -> dict[str, Any]:
+        if check is not None:
+            check()
         return await memory.call_tool(arguments)
 
     return StructuredTool(name=spec.name, description=spec.description, args_schema=spec.parameters,
@@ -149,13 +154,19 @@ class WorkingMemoryMiddleware(AgentMiddleware):
     Args:
         memory: the conversation's :class:`~signals.agent.AgentWorkingMemory` (its
             ``delivery`` and ``read_only`` choose what the middleware does).
+
+    With a checkpointer the middleware serves the first LangGraph thread
+    (``configurable.thread_id``) it sees and refuses any other with
+    :class:`~signals.errors.InvalidInputError`: one window is one model's context, and
+    another thread's model must never be handed this conversation's memory.
     """
 
     def __init__(self, memory: AgentWorkingMemory) -> None:
         super().__init__()
         self.memory = memory
+        self._thread: str | None = None
         self.window: EphemeralWindow[BaseMessage] = EphemeralWindow(memory, _Codec())
-        tool = working_memory_tool(memory)
+        tool = working_memory_tool(memory, check=self._check_thread)
         self.tools: Sequence[BaseTool] = [tool] if tool is not None else []
 
     async def awrap_model_call(
@@ -164,11 +175,26 @@ class WorkingMemoryMiddleware(AgentMiddleware):
         handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
     ) -> ModelResponse:
         """Send the model the conversation with this window's working-memory messages in it."""
+        self._check_thread()
         prepared = await self.window.prepare(request.messages)
         overrides: dict[str, Any] = {"messages": prepared.messages}
         if prepared.system is not None:
             overrides["system_message"] = _with_system(request.system_message, prepared.system)
         return await handler(request.override(**overrides))
+
+
+    def _check_thread(self) -> None:
+        try:
+            thread = get_config().get("configurable", {}).get("thread_id")
+        except RuntimeError:  # called outside a LangGraph run: nothing to bind to
+            return
+        if thread is None:
+            return
+        if self._thread is None:
+            self._thread = str(thread)
+        elif str(thread) != self._thread:
+            raise InvalidInputError(f"this WorkingMemoryMiddleware serves LangGraph thread {self._thread!r}, "
+                                    f"not {thread!r}: make one per conversation")
 
 
 def _with_system(message: SystemMessage | None, system: str) -> SystemMessage:

@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from signals.agent import AgentWorkingMemory
 from signals.core.memory import WorkingMemoryConfig
 from signals.core.system_message import working_memory_system_message
+from signals.errors import InvalidInputError
 from signals.integrations._core import is_working_memory_text
 from signals.integrations.langchain import WorkingMemoryMiddleware, is_working_memory_message, working_memory_tool
 from signals.streams.deliveries import DeliveryLog
@@ -167,6 +168,9 @@ async def test_conversation(redis_server: RedisServer, redis: Redis, keys: Keys)
     # a block right after a tool result (the write's new version, pushed into the next call)
     assert any(isinstance(r[k], ToolMessage) and is_working_memory_message(r[k + 1])
                for r in model.requests for k in range(len(r) - 1))
+    # another thread's model never sees this conversation's memory
+    with pytest.raises(InvalidInputError, match="make one per conversation"):
+        await agent.ainvoke({"messages": [HumanMessage("hello")]}, {"configurable": {"thread_id": "other"}})
 
 
 async def test_read_only_and_system_message(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
