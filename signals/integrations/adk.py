@@ -47,7 +47,7 @@ touched (byte-identical on every call).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from signals.agent import AgentWorkingMemory
@@ -98,6 +98,11 @@ class _Codec(MessageCodec[types.Content]):
             return message, []
         rest = [p for p in parts if not _is_block(p)]
         return (message.model_copy(update={"parts": rest}) if rest else None), markups
+
+    def identity(self, message: types.Content) -> Hashable:
+        # ADK gives contents no id and rebuilds them from the session's events every call:
+        # their JSON is their identity (pydantic's serialiser: a few microseconds a content)
+        return message.model_dump_json(exclude_none=True)
 
     def build(self, markup: str) -> types.Content:
         return types.Content(role="user", parts=[types.Part(text=markup)])

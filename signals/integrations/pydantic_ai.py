@@ -163,9 +163,12 @@ class WorkingMemory(AbstractCapability[Any]):
 
     memory: AgentWorkingMemory
     _window: PersistentWindow[ModelMessage] = field(init=False, repr=False)
+    _toolset: FunctionToolset[Any] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._window = PersistentWindow(self.memory, _Codec())
+        tool = working_memory_tool(self.memory)  # built once: PydanticAI asks for it on every run
+        self._toolset = FunctionToolset([tool]) if tool is not None else None
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -174,8 +177,7 @@ class WorkingMemory(AbstractCapability[Any]):
 
     def get_toolset(self) -> FunctionToolset[Any] | None:
         """The ``setWorkingMemory`` tool, or nothing for a read-only agent."""
-        tool = working_memory_tool(self.memory)
-        return FunctionToolset([tool]) if tool is not None else None
+        return self._toolset
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
