@@ -11,6 +11,7 @@ warning (the suite turns warnings into errors).
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -219,3 +220,39 @@ def test_recognising_working_memory_messages() -> None:
                                                                            types.Part(text=markup)]))
     assert not is_working_memory_message(types.Content(role="user", parts=[types.Part(text=f"{markup} and more")]))
     assert not is_working_memory_message(types.Content(role="user", parts=[]))
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "age": {"type": "integer"}}}
+
+
+async def test_schema_mode_tool(redis: Redis, keys: Keys) -> None:
+    """Schema mode: the model is offered the schema's fields and its writes merge; a bad one comes back as a result."""
+    config = WorkingMemoryConfig(scope="thread", schema=SCHEMA)
+    sessions = InMemorySessionService()
+    session = await sessions.create_session(app_name="app", user_id="u")
+    store = WorkingMemoryStore(redis, keys=keys, config=config)
+    await store.create_thread(session.id, "u")
+    wm = WorkingMemory(AgentWorkingMemory(redis, keys, resource_id="u", thread_id=session.id, config=config))
+    writes = iter([{"city": "Paris", "age": "old"}, {"city": "Paris"}, {"age": 36}])
+    seen: list[LlmRequest] = []
+
+    class Writer(BaseLlm):
+        model: str = "writer"
+
+        async def generate_content_async(self, llm_request: LlmRequest,
+                                         stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
+            seen.append(llm_request.model_copy(update={"tools_dict": {}}))
+            write = next(writes, None)
+            part = types.Part(function_call=types.FunctionCall(name="setWorkingMemory", args=write)) if write \
+                else types.Part(text="done")
+            yield LlmResponse(content=types.Content(role="model", parts=[part]))
+
+    agent = LlmAgent(name="assistant", model=Writer(), tools=wm.tools(), before_model_callback=wm.before_model_callback)
+    await _say(Runner(agent=agent, app_name="app", session_service=sessions), session.id, "hi")
+    declaration = seen[0].config.tools[0].function_declarations[0]  # type: ignore[index,union-attr]
+    assert set(declaration.parameters_json_schema["properties"]) == {"city", "age"}  # type: ignore[index]
+    results = [p.function_response.response for c in seen[-1].contents for p in c.parts or [] if p.function_response]
+    assert not results[0]["success"] and "age" in results[0]["error"]  # type: ignore[index]
+    assert [r["success"] for r in results[1:]] == [True, True]  # type: ignore[index]
+    doc = await store.get("u", session.id)
+    assert doc is not None and json.loads(doc.data) == {"city": "Paris", "age": 36}

@@ -9,6 +9,7 @@ Real Redis, a real worker process, a second writer in another process.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
 from redis.asyncio import Redis
 
@@ -216,3 +218,43 @@ def test_recognising_working_memory_messages() -> None:
     assert not is_working_memory_message(HumanMessage("hi"))
     assert not is_working_memory_message(AIMessage(markup))
     assert not is_working_memory_message(SystemMessage(SYSTEM))
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "age": {"type": "integer"}}}
+
+
+async def test_schema_mode_tool(redis: Redis, keys: Keys) -> None:
+    """Schema mode: the model is offered the schema's fields and its writes merge; a bad one comes back as a result."""
+    config = WorkingMemoryConfig(scope="thread", schema=SCHEMA)
+    store = WorkingMemoryStore(redis, keys=keys, config=config)
+    await store.create_thread("t1", "u")
+    memory = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", config=config)
+    writes = iter([{"city": "Paris", "age": "old"}, {"city": "Paris"}, {"age": 36}])
+    seen: list[list[BaseMessage]] = []
+    schemas: list[Any] = []
+
+    class Writer(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "writer"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            schemas.extend(convert_to_openai_tool(t)["function"]["parameters"] for t in tools)
+            return self.bind(tools=tools, **kwargs)
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            seen.append(list(messages))
+            write = next(writes, None)
+            calls = [{"name": "setWorkingMemory", "args": write, "id": f"c{len(seen)}", "type": "tool_call"}]
+            message = AIMessage(content="", tool_calls=calls) if write else AIMessage(content="done")
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+    agent = create_agent(Writer(), middleware=[WorkingMemoryMiddleware(memory)])
+    await agent.ainvoke({"messages": [HumanMessage("hi")]})
+    assert set(schemas[0]["properties"]) == {"city", "age"}
+    results = [json.loads(m.content) for m in seen[-1] if isinstance(m, ToolMessage) and isinstance(m.content, str)]
+    assert not results[0]["success"] and "age" in results[0]["error"]  # the refused write, told to the model
+    assert [r["success"] for r in results[1:]] == [True, True]
+    doc = await store.get("u", "t1")
+    assert doc is not None and json.loads(doc.data) == {"city": "Paris", "age": 36}

@@ -8,6 +8,7 @@ worker process, a second writer in another process.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,3 +201,31 @@ def test_recognising_working_memory_messages() -> None:
     assert not is_working_memory_message(ModelRequest(parts=[UserPromptPart("hi"), UserPromptPart(markup)]))
     assert not is_working_memory_message(ModelRequest(parts=[UserPromptPart(f"{markup} and more")]))
     assert not is_working_memory_message(ModelResponse(parts=[TextPart(markup)]))
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "age": {"type": "integer"}}}
+
+
+async def test_schema_mode_tool(redis: Redis, keys: Keys) -> None:
+    """Schema mode: the model is offered the schema's fields and its writes merge; a bad one comes back as a result."""
+    config = WorkingMemoryConfig(scope="thread", schema=SCHEMA)
+    store = WorkingMemoryStore(redis, keys=keys, config=config)
+    await store.create_thread("t1", "u")
+    memory = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", config=config)
+    writes = iter([{"city": "Paris", "age": "old"}, {"city": "Paris"}, {"age": 36}])
+    seen: list[AgentInfo] = []
+    results: list[Any] = []
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(info)
+        results.extend(p.content for p in messages[-1].parts if isinstance(p, ToolReturnPart))
+        write = next(writes, None)
+        return ModelResponse(parts=[ToolCallPart("setWorkingMemory", write) if write else TextPart("done")])
+
+    await Agent(FunctionModel(model)).run("hi", capabilities=[WorkingMemory(memory)])
+    tool = seen[0].function_tools[0]
+    assert tool.name == "setWorkingMemory" and set(tool.parameters_json_schema["properties"]) == {"city", "age"}
+    assert not results[0]["success"] and "age" in results[0]["error"]  # the refused write, told to the model
+    assert [r["success"] for r in results[1:]] == [True, True]
+    doc = await store.get("u", "t1")
+    assert doc is not None and json.loads(doc.data) == {"city": "Paris", "age": 36}
