@@ -26,7 +26,10 @@ like this one):
   (PydanticAI's prompt-cache guidance). Put this capability **after** any capability that
   trims history (a ``ProcessHistory`` keeping the last N messages, a summariser): it then
   sees what the model is about to receive, and when the trimming dropped the snapshot it
-  re-injects the latest snapshot and removes the deltas left without one.
+  re-injects the latest snapshot and removes the deltas left without one. A change an
+  earlier capability made to the request only (PydanticAI's ``FileUnderstanding`` swaps
+  files for descriptions that way) stays out of the history: then only the window's own
+  outcome (blocks kept, dropped, added) is carried into ``RunContext.messages``.
 * New blocks are ``UserPromptPart`` s appended to the last ``ModelRequest`` (after its
   ``ToolReturnPart`` s: PydanticAI also sorts tool results first when it merges requests).
   PydanticAI merges adjacent requests before sending them, and at the start of every run
@@ -51,6 +54,7 @@ every call.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -162,11 +166,13 @@ class WorkingMemory(AbstractCapability[Any]):
     """
 
     memory: AgentWorkingMemory
+    _codec: _Codec = field(init=False, repr=False)
     _window: PersistentWindow[ModelMessage] = field(init=False, repr=False)
     _toolset: FunctionToolset[Any] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._window = PersistentWindow(self.memory, _Codec())
+        self._codec = _Codec()
+        self._window = PersistentWindow(self.memory, self._codec)
         tool = working_memory_tool(self.memory)  # built once: PydanticAI asks for it on every run
         self._toolset = FunctionToolset([tool]) if tool is not None else None
 
@@ -183,8 +189,14 @@ class WorkingMemory(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Bring the request's window up to date, persist it into the run's history."""
-        prepared = await self._window.prepare(list(request_context.messages))
-        ctx.messages[:] = prepared.messages
+        request = list(request_context.messages)
+        same = len(request) == len(ctx.messages) and all(a is b for a, b in zip(request, ctx.messages, strict=True))
+        prepared = await self._window.prepare(request)
+        if same:
+            ctx.messages[:] = prepared.messages
+        else:  # an earlier capability changed this request only: its change stays out of the history
+            ctx.messages[:] = _carry(self._codec, list(ctx.messages), prepared.messages,
+                                     [inj.markup for inj in prepared.result.add])
         request_context.messages = list(prepared.messages)
         if prepared.system is not None:
             params = request_context.model_request_parameters
@@ -192,3 +204,27 @@ class WorkingMemory(AbstractCapability[Any]):
             request_context.model_request_parameters = dataclasses.replace(
                 params, instruction_parts=InstructionPart.sorted(parts))
         return request_context
+
+
+def _carry(codec: _Codec, history: list[ModelMessage], request: list[ModelMessage],
+           new: list[str]) -> list[ModelMessage]:
+    """The run's history with the window's outcome for ``request`` applied to it, when an earlier
+    capability made ``request`` differ from the history (a request-only edit: it must not persist).
+
+    The history keeps as many copies of each block as the prepared request holds (later
+    copies first, as the core pairs them), and gets the new blocks in its last request.
+    """
+    budget = Counter(markup for message in request for markup in codec.split(message)[1])
+    budget.subtract(new)
+    out: list[ModelMessage] = []
+    for message in reversed(history):
+        conversation, markups = codec.split(message)
+        keep: list[str] = []
+        for markup in reversed(markups):
+            if budget[markup] > 0:
+                budget[markup] -= 1
+                keep.insert(0, markup)
+        out[:0] = [message] if len(keep) == len(markups) else codec.join(conversation, keep)
+    if new:
+        out += codec.join(out.pop() if out else None, new)
+    return out

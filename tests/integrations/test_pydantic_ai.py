@@ -8,13 +8,14 @@ worker process, a second writer in another process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
+from pydantic_ai.capabilities import AbstractCapability, Hooks, ProcessHistory
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -43,6 +44,7 @@ from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
 from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import running_workers
 from tests.integrations.support import Audit, CallRecord, next_memory, worker_process, write_from_other_process
 from workers.embedded import RedisServer
 
@@ -229,3 +231,33 @@ async def test_schema_mode_tool(redis: Redis, keys: Keys) -> None:
     assert [r["success"] for r in results[1:]] == [True, True]
     doc = await store.get("u", "t1")
     assert doc is not None and json.loads(doc.data) == {"city": "Paris", "age": 36}
+
+
+async def test_request_only_changes_stay_out_of_the_history(redis_server: RedisServer, redis: Redis,
+                                                            keys: Keys) -> None:
+    """An earlier capability's request-only edit is not persisted; the blocks are, and stay held across runs."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("u", "# Notes\n- likes tea")
+    memory = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
+    async with running_workers(redis_server.url, keys):
+        await wait_caught_up(redis, keys)
+    received: list[list[ModelMessage]] = []
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        received.append(messages)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    async def redact(ctx: Any, request_context: Any) -> Any:
+        request_context.messages = [dataclasses.replace(m, parts=[
+            dataclasses.replace(p, content="[redacted]") if isinstance(p, UserPromptPart) and p.content == "secret"
+            else p for p in m.parts]) if isinstance(m, ModelRequest) else m for m in request_context.messages]
+        return request_context
+
+    agent = Agent(FunctionModel(model))
+    capabilities = [Hooks(before_model_request=redact), WorkingMemory(memory)]
+    history = (await agent.run("secret", capabilities=capabilities)).all_messages()
+    assert [p.content for p in received[0][0].parts] == ["[redacted]", markups_of(received[0])[0]]
+    assert [p.content for p in history[0].parts] == ["secret", markups_of(received[0])[0]]
+    await agent.run("again", message_history=history, capabilities=capabilities)
+    assert markups_of(received[1]) == markups_of(received[0])  # still held: not delivered again
+    assert len(await DeliveryLog(redis, keys).read("t1")) == 1
