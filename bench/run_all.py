@@ -146,6 +146,9 @@ def main() -> None:
         "floor adds, per update, the tags and hunk header every Mastra-compatible delta message carries; on small "
         "documents that envelope, not the diff, is what keeps compact above 1.25x the bare floor.")
     out()
+    from bench import bench_adapters  # noqa: PLC0415 - imported here: the frameworks load only for this section
+
+    bench_adapters.report(out, quick=q)
     out(f"Total benchmark time: {time.perf_counter() - started:.0f} s.")
     if not q:
         Path(args.output).write_text("\n".join(lines) + "\n", encoding="utf-8")

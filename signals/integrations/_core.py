@@ -79,7 +79,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import msgspec
 
@@ -118,6 +118,12 @@ def is_working_memory_text(text: str) -> bool:
 def is_working_memory_system_text(text: str) -> bool:
     """True when ``text`` is the system-message delivery's text (with or without tool guidelines)."""
     return text.startswith(_SYSTEM_HEADS) and "<working_memory_data>" in text
+
+
+@overload
+def combine_instructions(instructions: str, system: str | None) -> str: ...
+@overload
+def combine_instructions(instructions: None, system: str | None) -> str | None: ...
 
 
 def combine_instructions(instructions: str | None, system: str | None) -> str | None:

@@ -30,7 +30,7 @@ agents: :meth:`AnthropicWorkingMemory.tools` is empty and the tool handler refus
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from signals.agent import AgentWorkingMemory
 from signals.core.codec import encode_json
@@ -44,9 +44,12 @@ from signals.integrations._core import (
     tool_spec,
 )
 
+if TYPE_CHECKING:
+    from anthropic.types import ToolParam
+
 __all__ = ("AnthropicCodec", "AnthropicWorkingMemory", "is_working_memory_message", "strip_working_memory")
 
-Message = Mapping[str, Any]
+Message = Any  # a MessageParam dict (a user turn is always a dict), or the SDK's objects in assistant turns
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -70,9 +73,9 @@ class AnthropicCodec(MessageCodec[Message]):
 
     def split(self, message: Message) -> tuple[Message | None, list[str]]:
         """A user turn without its working-memory text blocks, and those blocks."""
-        if message.get("role") != "user":
+        if _field(message, "role") != "user":
             return message, []
-        content = message.get("content")
+        content = _field(message, "content")
         if isinstance(content, str):
             return (None, [content]) if is_working_memory_text(content) else (message, [])
         if not isinstance(content, list):
@@ -94,9 +97,9 @@ class AnthropicCodec(MessageCodec[Message]):
         blocks = [_text_block(m) for m in markups]
         if message is None:
             return [{"role": "user", "content": blocks}]
-        if message.get("role") != "user":
+        if _field(message, "role") != "user":
             return [message, {"role": "user", "content": blocks}]
-        content = message.get("content")
+        content = _field(message, "content")
         head = [_text_block(content)] if isinstance(content, str) else list(content or [])
         return [{**message, "content": head + blocks}]
 
@@ -134,16 +137,22 @@ class AnthropicWorkingMemory:
         self.last = await self.window.prepare(messages)
         return self.last.messages
 
+    @overload
+    def system(self, base: str) -> str: ...
+    @overload
+    def system(self, base: None = None) -> str | None: ...
+
     def system(self, base: str | None = None) -> str | None:
         """The ``system`` parameter for this call: ``base``, plus the memory under system-message delivery."""
         return combine_instructions(base, self.last.system if self.last else None)
 
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[ToolParam]:
         """The ``setWorkingMemory`` tool in the Messages API's format (none for a read-only agent)."""
         spec = tool_spec(self.agent)
         if spec is None:
             return []
-        return [{"name": spec.name, "description": spec.description, "input_schema": spec.parameters}]
+        return [cast("ToolParam", {"name": spec.name, "description": spec.description,
+                                   "input_schema": spec.parameters})]
 
     async def handle_tool_use(self, block: Any) -> dict[str, Any] | None:
         """The ``tool_result`` block for a ``setWorkingMemory`` ``tool_use`` block; ``None`` for other blocks.

@@ -29,7 +29,7 @@ empty and the tool handler refuses.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from signals.agent import AgentWorkingMemory
 from signals.core.codec import encode_json
@@ -42,6 +42,9 @@ from signals.integrations._core import (
     is_working_memory_text,
     tool_spec,
 )
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionFunctionToolParam
 
 __all__ = ("OpenAIChatCodec", "OpenAIChatWorkingMemory", "is_working_memory_message")
 
@@ -103,13 +106,13 @@ class OpenAIChatWorkingMemory:
             head += 1
         return [*out[:head], dict(self.last.result.system), *out[head:]]
 
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[ChatCompletionFunctionToolParam]:
         """The ``setWorkingMemory`` tool in the Chat Completions format (none for a read-only agent)."""
         spec = tool_spec(self.agent)
         if spec is None:
             return []
-        return [{"type": "function", "function": {"name": spec.name, "description": spec.description,
-                                                  "parameters": spec.parameters}}]
+        return [cast("ChatCompletionFunctionToolParam", {"type": "function", "function": {
+            "name": spec.name, "description": spec.description, "parameters": spec.parameters}})]
 
     async def handle_tool_call(self, call: Any) -> dict[str, Any] | None:
         """The ``tool`` message answering a ``setWorkingMemory`` tool call; ``None`` for other tools.

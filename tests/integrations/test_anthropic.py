@@ -20,7 +20,12 @@ from signals.agent import AgentWorkingMemory
 from signals.core.memory import WorkingMemoryConfig
 from signals.core.system_message import working_memory_system_message
 from signals.integrations._core import is_working_memory_text
-from signals.integrations.anthropic import AnthropicWorkingMemory, is_working_memory_message, strip_working_memory
+from signals.integrations.anthropic import (
+    AnthropicCodec,
+    AnthropicWorkingMemory,
+    is_working_memory_message,
+    strip_working_memory,
+)
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
@@ -129,7 +134,7 @@ async def test_conversation(redis_server: RedisServer, redis: Redis, keys: Keys)
                     write_from_other_process(redis_server.url, keys, "u", current)
                     await wait_caught_up(redis, keys)
             history.append({"role": "user", "content": f"user says {turn}"})
-            while True:
+            for _ in range(3):  # a call, and one more after a tool call
                 await wait_caught_up(redis, keys)
                 expected = await audit.expect(store, "u")
                 history = await wm.prepare(history)
@@ -205,3 +210,18 @@ def test_recognising_working_memory_turns() -> None:
     assert not is_working_memory_message(mixed)
     assert strip_working_memory(mixed) == {"role": "user", "content": [mixed["content"][0]]}
     assert not is_working_memory_message({"role": "assistant", "content": markup})
+
+
+def test_codec_places_blocks_after_tool_results() -> None:
+    """Blocks join the user turn after its tool results (a string turn becomes blocks), or follow an assistant."""
+    codec = AnthropicCodec()
+    markup = '<working-memory format="markdown" scope="resource">x</working-memory>'
+    result = {"type": "tool_result", "tool_use_id": "a", "content": "ok"}
+    assert codec.join({"role": "user", "content": [result]}, [markup]) == [
+        {"role": "user", "content": [result, {"type": "text", "text": markup}]}]
+    assert codec.join({"role": "user", "content": "hi"}, [markup]) == [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": markup}]}]
+    prefill = {"role": "assistant", "content": "The answer is"}
+    assert codec.join(prefill, [markup]) == [prefill, {"role": "user", "content": [{"type": "text", "text": markup}]}]
+    turn = codec.join({"role": "user", "content": [result]}, [markup])[0]
+    assert codec.split(turn) == ({"role": "user", "content": [result]}, [markup])

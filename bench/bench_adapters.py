@@ -1,0 +1,259 @@
+"""Framework adapters: the time each adds to one model call, beside the same loop without wm-signals.
+
+Per adapter, a scripted conversation runs through the framework's real loop (the SDK is
+real; the model is scripted, or only the HTTP server is, so no network), once with the
+adapter and once without it, call by call in alternation so that the host's load falls
+on both. Each call of the adapter's hook (``prepare``, or the input filter) is timed:
+that is the added time per model call, Redis round trip included (every hook polls the
+lane and, when it adds a message, appends to the delivery log). Memory changes every
+10th call (a write; the bench then waits for the worker, a process of its own as in
+production, outside the timed part) and the loop keeps its last 8 messages, so the
+snapshot is trimmed and re-injected as in a long conversation.
+
+Printed beside it: the hook's CPU time in this thread (what the adapter itself costs,
+whatever the host's load), the loop's time per call with and without the adapter, and
+one Redis PING round trip measured in the same iterations: on a loaded host that round
+trip, not the adapter's work, is most of the added wall time.
+
+Adding an adapter is one function in :data:`CASES`: given the client, the key layout,
+whether to use wm-signals and the :class:`Hook` timer, return a coroutine function that
+performs one model call of the loop, with the adapter's hook inside ``with hook:``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any
+
+from signals.agent import AgentWorkingMemory
+from signals.streams.client import Client, connect
+from signals.streams.keys import Keys
+from signals.streams.progress import wait_caught_up
+from signals.streams.store import WorkingMemoryStore
+from workers import runtime
+from workers.embedded import RedisServer
+
+KEEP = 8
+DOC = "# User\n" + "\n".join(f"- fact {i}: something the agent remembers about the user" for i in range(12))
+
+
+class Hook:
+    """Times the adapter's hook: wall and this thread's CPU, summed over one model call."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+        self._start = (0.0, 0.0)
+
+    def reset(self) -> None:
+        self.wall = self.cpu = 0.0
+
+    def __enter__(self) -> None:
+        self._start = (time.perf_counter(), time.thread_time())
+
+    def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        self.wall += time.perf_counter() - self._start[0]
+        self.cpu += time.thread_time() - self._start[1]
+
+
+Turn = Callable[[int], Awaitable[None]]
+Case = Callable[[Client, Keys, bool, Hook], Awaitable[Turn]]
+
+
+def _agent(redis: Client, keys: Keys) -> AgentWorkingMemory:
+    return AgentWorkingMemory(redis, keys, resource_id="u", thread_id=f"t-{uuid.uuid4().hex[:8]}")
+
+
+def _mock(reply: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    import httpx2  # noqa: PLC0415 - comes with the SDK extras
+
+    return httpx2.AsyncClient(transport=httpx2.MockTransport(
+        lambda request: httpx2.Response(200, json=reply(json.loads(request.content)))))
+
+
+async def anthropic_case(redis: Client, keys: Keys, use_wm: bool, hook: Hook) -> Turn:
+    """A hand-rolled Anthropic Messages loop (the SDK over a scripted HTTP server)."""
+    import anthropic  # noqa: PLC0415 - an optional extra
+
+    from signals.integrations.anthropic import AnthropicWorkingMemory  # noqa: PLC0415
+
+    client = anthropic.AsyncAnthropic(api_key="bench", base_url="http://anthropic.invalid", http_client=_mock(
+        lambda body: {"id": "m", "type": "message", "role": "assistant", "model": body["model"], "stop_reason":
+                      "end_turn", "stop_sequence": None, "content": [{"type": "text", "text": "ok"}],
+                      "usage": {"input_tokens": 1, "output_tokens": 1}}))
+    wm = AnthropicWorkingMemory(_agent(redis, keys))
+    history: list[Any] = []
+
+    async def turn(n: int) -> None:
+        nonlocal history
+        history.append({"role": "user", "content": f"user message {n}"})
+        if use_wm:
+            with hook:
+                history = await wm.prepare(history)
+        response = await client.messages.create(model="m", max_tokens=10, system=wm.system("sys") if use_wm
+                                                else "sys", messages=history, tools=wm.tools() if use_wm else [])
+        history.append({"role": "assistant", "content": response.content})
+        history = history[-KEEP:]
+
+    return turn
+
+
+async def openai_chat_case(redis: Client, keys: Keys, use_wm: bool, hook: Hook) -> Turn:
+    """A hand-rolled OpenAI Chat Completions loop (the SDK over a scripted HTTP server)."""
+    import openai  # noqa: PLC0415 - an optional extra
+
+    from signals.integrations.openai_chat import OpenAIChatWorkingMemory  # noqa: PLC0415
+
+    client = openai.AsyncOpenAI(api_key="bench", base_url="http://openai.invalid/v1", http_client=_mock(
+        lambda body: {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}))
+    wm = OpenAIChatWorkingMemory(_agent(redis, keys))
+    system = {"role": "system", "content": "sys"}
+    history: list[Any] = [system]
+
+    async def turn(n: int) -> None:
+        nonlocal history
+        history.append({"role": "user", "content": f"user message {n}"})
+        if use_wm:
+            with hook:
+                history = await wm.prepare(history)
+        response = await client.chat.completions.create(model="m", messages=history,
+                                                        tools=wm.tools() if use_wm else [])
+        history.append(response.choices[0].message)
+        history = [system, *history[1:][-KEEP:]]
+
+    return turn
+
+
+async def openai_agents_case(redis: Client, keys: Keys, use_wm: bool, hook: Hook) -> Turn:
+    """The OpenAI Agents SDK's ``Runner.run`` with a scripted model and a limited in-memory session."""
+    from agents import Agent, Model, ModelResponse, RunConfig, Runner, SQLiteSession, Usage  # noqa: PLC0415
+    from agents.memory import SessionSettings  # noqa: PLC0415
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText  # noqa: PLC0415
+
+    from signals.integrations.openai_agents import OpenAIAgentsWorkingMemory  # noqa: PLC0415
+
+    class Scripted(Model):
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            text = ResponseOutputText(type="output_text", text="ok", annotations=[])
+            return ModelResponse(output=[ResponseOutputMessage(id=f"msg_{uuid.uuid4().hex}", type="message",
+                                                               role="assistant", status="completed", content=[text])],
+                                 usage=Usage(), response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    wm = OpenAIAgentsWorkingMemory(_agent(redis, keys))
+
+    async def timed(data: Any) -> Any:
+        with hook:
+            return await wm(data)
+
+    agent = Agent(name="bench", instructions="sys", model=Scripted(), tools=wm.tools() if use_wm else [])
+    session = SQLiteSession(uuid.uuid4().hex, session_settings=SessionSettings(limit=KEEP))
+    config = RunConfig(call_model_input_filter=timed if use_wm else None, tracing_disabled=True)
+
+    async def turn(n: int) -> None:
+        await Runner.run(agent, f"user message {n}", session=session, run_config=config)
+
+    return turn
+
+
+#: One entry per adapter: (name, the function building one model call of its loop).
+CASES: list[tuple[str, Case]] = [
+    ("Anthropic Messages loop", anthropic_case),
+    ("OpenAI Chat Completions loop", openai_chat_case),
+    ("OpenAI Agents SDK Runner.run", openai_agents_case),
+]
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+async def _measure(redis: Client, keys: Keys, case: Case, calls: int) -> dict[str, list[float]]:
+    """The case's loop with and without the adapter, call by call in alternation (milliseconds)."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    hook = Hook()
+    loops = {True: await case(redis, keys, True, hook), False: await case(redis, keys, False, Hook())}
+    out: dict[str, list[float]] = {"added": [], "cpu": [], "with": [], "without": [], "ping": []}
+    warmup = 5
+    for n in range(warmup + calls):
+        if n % 10 == 0:
+            await store.replace("u", f"{DOC}\n- counter {n}")
+            await wait_caught_up(redis, keys)
+        start = time.perf_counter()
+        await redis.ping()
+        ping = (time.perf_counter() - start) * 1e3
+        hook.reset()
+        timings = {}
+        for use_wm in (True, False):
+            start = time.perf_counter()
+            await loops[use_wm](n)
+            timings[use_wm] = (time.perf_counter() - start) * 1e3
+        if n >= warmup:
+            out["ping"].append(ping)
+            out["with"].append(timings[True])
+            out["without"].append(timings[False])
+            out["added"].append(hook.wall * 1e3)
+            out["cpu"].append(hook.cpu * 1e3)
+    return out
+
+
+async def _run(url: str, keys: Keys, calls: int) -> list[dict[str, Any]]:
+    redis = connect(url)
+    rows: list[dict[str, Any]] = []
+    for name, case in CASES:
+        m = await _measure(redis, keys, case, calls)
+        rows.append({"adapter": name, "calls": calls, "added_p50": statistics.median(m["added"]),
+                     "added_p99": _p99(m["added"]), "cpu_p50": statistics.median(m["cpu"]),
+                     "loop_p50": statistics.median(m["with"]), "baseline_p50": statistics.median(m["without"]),
+                     "ping_p50": statistics.median(m["ping"])})
+    await redis.aclose()
+    return rows
+
+
+def run(calls: int = 1_000) -> list[dict[str, Any]]:
+    """Every case in :data:`CASES` on an embedded Redis and a worker process; one row per adapter (ms)."""
+    keys = Keys(f"bench-adapters-{uuid.uuid4().hex[:6]}", 4)
+    with RedisServer() as server:
+        worker = subprocess.Popen([sys.executable, "-m", "workers", "worker", "--redis-url", server.url,
+                                   "--namespace", keys.namespace, "--partitions", str(keys.partitions)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            result: list[dict[str, Any]] = runtime.run(_run, server.url, keys, calls)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+        return result
+
+
+def report(out: Callable[[str], None], *, quick: bool) -> None:
+    """The section ``make bench`` prints (``bench/run_all.py``)."""
+    rows = run(30 if quick else 1_000)
+    out(f"## Framework adapters: time added per model call ({rows[0]['calls']:,} calls per adapter)")
+    out("")
+    out("| adapter | added p50 ms | added p99 ms | adapter CPU p50 ms | loop p50 ms with | loop p50 ms without "
+        "| Redis PING p50 ms |")
+    out("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        out(f"| {r['adapter']} | {r['added_p50']:.2f} | {r['added_p99']:.2f} | {r['cpu_p50']:.2f} | "
+            f"{r['loop_p50']:.2f} | {r['baseline_p50']:.2f} | {r['ping_p50']:.2f} |")
+    out("")
+    out("Added: the adapter's hook before each model call (poll the lane, window step, delivery log, placement), "
+        "Redis round trip included; the SDK is real and the model scripted, the two loops run in alternation. "
+        "Target: < 1 ms median added per call on a quiet host.")
+    out("")
+
+
+if __name__ == "__main__":
+    for row in run(200):
+        print(row)
