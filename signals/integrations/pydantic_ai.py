@@ -13,6 +13,9 @@ Usage, one :class:`WorkingMemory` per conversation (PydanticAI takes capabilitie
         result = await agent.run(prompt, message_history=history, capabilities=[trim_history, wm])
         history = result.all_messages()
 
+Pass it per run (``agent.run(..., capabilities=[wm])``), never in ``Agent(capabilities=...)``
+of an agent that serves several conversations: one window is one conversation's context.
+
 What it does, through the capability hooks of ``pydantic-ai-slim`` >= 2.68 (v2 removed
 ``Agent(history_processors=...)``: its replacement, ``ProcessHistory``, is a capability
 like this one):

@@ -261,3 +261,28 @@ async def test_request_only_changes_stay_out_of_the_history(redis_server: RedisS
     await agent.run("again", message_history=history, capabilities=capabilities)
     assert markups_of(received[1]) == markups_of(received[0])  # still held: not delivered again
     assert len(await DeliveryLog(redis, keys).read("t1")) == 1
+
+
+async def test_history_from_another_process(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """A stored history's blocks that this window did not make are removed; a fresh snapshot is delivered once."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("u", "# Notes\n- likes tea")
+    received: list[list[ModelMessage]] = []
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        received.append(messages)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent = Agent(FunctionModel(model))
+    async with running_workers(redis_server.url, keys):
+        await wait_caught_up(redis, keys)
+        first = WorkingMemory(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"))
+        saved = (await agent.run("hi", capabilities=[first])).all_messages()
+        await store.replace("u", "# Notes\n- likes tea\n- lives in Paris")
+        await wait_caught_up(redis, keys)
+        # another process restores the saved history with a window of its own
+        second = WorkingMemory(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"))
+        history = (await agent.run("again", message_history=saved, capabilities=[second])).all_messages()
+    blocks = markups_of(received[-1])
+    assert len(blocks) == 1 and "lives in Paris" in blocks[0] and 'patch="' not in blocks[0]
+    assert markups_of(history) == blocks  # the stale block is gone from the history too
