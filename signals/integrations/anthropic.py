@@ -29,7 +29,7 @@ agents: :meth:`AnthropicWorkingMemory.tools` is empty and the tool handler refus
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from signals.agent import AgentWorkingMemory
@@ -40,6 +40,7 @@ from signals.integrations._core import (
     PersistentWindow,
     Prepared,
     combine_instructions,
+    field,
     is_working_memory_text,
     tool_spec,
 )
@@ -52,15 +53,12 @@ __all__ = ("AnthropicCodec", "AnthropicWorkingMemory", "is_working_memory_messag
 Message = Any  # a MessageParam dict (a user turn is always a dict), or the SDK's objects in assistant turns
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-
 
 def _wm_block(block: Any) -> str | None:
     """The markup a content block carries, when it is a working-memory text block."""
-    if _field(block, "type") != "text":
+    if field(block, "type") != "text":
         return None
-    text = _field(block, "text")
+    text = field(block, "text")
     return text if isinstance(text, str) and is_working_memory_text(text) else None
 
 
@@ -73,9 +71,9 @@ class AnthropicCodec(MessageCodec[Message]):
 
     def split(self, message: Message) -> tuple[Message | None, list[str]]:
         """A user turn without its working-memory text blocks, and those blocks."""
-        if _field(message, "role") != "user":
+        if field(message, "role") != "user":
             return message, []
-        content = _field(message, "content")
+        content = field(message, "content")
         if isinstance(content, str):
             return (None, [content]) if is_working_memory_text(content) else (message, [])
         if not isinstance(content, list):
@@ -97,9 +95,9 @@ class AnthropicCodec(MessageCodec[Message]):
         blocks = [_text_block(m) for m in markups]
         if message is None:
             return [{"role": "user", "content": blocks}]
-        if _field(message, "role") != "user":
+        if field(message, "role") != "user":
             return [message, {"role": "user", "content": blocks}]
-        content = _field(message, "content")
+        content = field(message, "content")
         head = [_text_block(content)] if isinstance(content, str) else list(content or [])
         return [{**message, "content": head + blocks}]
 
@@ -160,11 +158,11 @@ class AnthropicWorkingMemory:
         Accepts the SDK's ``ToolUseBlock`` or its dict form. A failed write (or a read-only
         agent) comes back as an ``is_error`` result the model can read, never an exception.
         """
-        if _field(block, "type") != "tool_use" or _field(block, "name") != TOOL_NAME:
+        if field(block, "type") != "tool_use" or field(block, "name") != TOOL_NAME:
             return None
-        arguments = _field(block, "input")
+        arguments = field(block, "input")
         result = await self.agent.call_tool(arguments if isinstance(arguments, (dict, str)) else {})
-        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": _field(block, "id"),
+        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": field(block, "id"),
                                "content": encode_json(result)}
         if not result.get("success"):
             out["is_error"] = True

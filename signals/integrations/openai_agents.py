@@ -7,7 +7,9 @@ One helper per conversation, used as the run's model-input filter and tool sourc
     result = await Runner.run(agent, "hello", session=session, run_config=wm.run_config())
 
 :meth:`OpenAIAgentsWorkingMemory.run_config` sets ``RunConfig(call_model_input_filter=...)``,
-which the SDK (0.24) calls before every model call of a run with ``CallModelData`` and
+which the SDK (0.24) calls before every model call of a run, streamed or not
+(``run_internal/run_loop.py``: ``run_single_turn_streamed`` and ``get_new_response``
+both go through ``maybe_filter_model_input``), with ``CallModelData`` and
 whose ``ModelInputData(input, instructions)`` is what that ONE call sends; the SDK keeps
 none of it in the run's items or the session. So this is an
 :class:`~signals.integrations._core.EphemeralWindow`: the helper keeps its working-memory
@@ -36,7 +38,7 @@ tool call and the next model call) reaches the next call: every filter call poll
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from signals.agent import AgentWorkingMemory
@@ -47,6 +49,7 @@ from signals.integrations._core import (
     Prepared,
     combine_instructions,
     content_identity,
+    field,
     is_working_memory_text,
     tool_spec,
 )
@@ -61,17 +64,14 @@ Item = Any  # a TResponseInputItem: a dict, or a pydantic item the SDK left as i
 InputFilter = Callable[["CallModelData[Any]"], "ModelInputData | Awaitable[ModelInputData]"]
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-
 
 def _markup_of(item: Item) -> str | None:
     """The markup a user message item carries when it is a working-memory message."""
-    if _field(item, "role") != "user" or _field(item, "type") not in (None, "message"):
+    if field(item, "role") != "user" or field(item, "type") not in (None, "message"):
         return None
-    content = _field(item, "content")
-    if isinstance(content, list) and len(content) == 1 and _field(content[0], "type") == "input_text":
-        content = _field(content[0], "text")
+    content = field(item, "content")
+    if isinstance(content, list) and len(content) == 1 and field(content[0], "type") == "input_text":
+        content = field(content[0], "text")
     return content if isinstance(content, str) and is_working_memory_text(content) else None
 
 
@@ -89,12 +89,12 @@ class ResponsesItemCodec(MessageCodec[Item]):
 
     def identity(self, message: Item) -> Hashable:
         """The item's ``id`` (model output) or ``call_id`` (tool call, tool output), else its content."""
-        kind = _field(message, "type")
+        kind = field(message, "type")
         for name in ("id", "call_id"):
-            value = _field(message, name)
+            value = field(message, name)
             if isinstance(value, str) and value:
                 return (kind, name, value)
-        return content_identity(_field(message, "role"), kind, _field(message, "content"))
+        return content_identity(field(message, "role"), kind, field(message, "content"))
 
 
 def is_working_memory_message(item: Item) -> bool:

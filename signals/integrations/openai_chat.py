@@ -28,7 +28,7 @@ empty and the tool handler refuses.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from signals.agent import AgentWorkingMemory
@@ -38,6 +38,7 @@ from signals.integrations._core import (
     MessageCodec,
     PersistentWindow,
     Prepared,
+    field,
     is_working_memory_system_text,
     is_working_memory_text,
     tool_spec,
@@ -51,17 +52,14 @@ __all__ = ("OpenAIChatCodec", "OpenAIChatWorkingMemory", "is_working_memory_mess
 Message = Any  # a message dict, or the SDK's ChatCompletionMessage appended as it came
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-
 
 class OpenAIChatCodec(MessageCodec[Message]):
     """Chat Completions messages: working memory as whole ``user`` messages."""
 
     def split(self, message: Message) -> tuple[Message | None, list[str]]:
         """``(None, [markup])`` for a working-memory message, ``(message, [])`` for any other."""
-        content = _field(message, "content")
-        if _field(message, "role") == "user" and isinstance(content, str) and is_working_memory_text(content):
+        content = field(message, "content")
+        if field(message, "role") == "user" and isinstance(content, str) and is_working_memory_text(content):
             return None, [content]
         return message, []
 
@@ -72,10 +70,10 @@ class OpenAIChatCodec(MessageCodec[Message]):
 
 def is_working_memory_message(message: Message) -> bool:
     """True for a working-memory message (a state signal, or the system-message delivery's), to skip."""
-    content = _field(message, "content")
+    content = field(message, "content")
     if not isinstance(content, str):
         return False
-    role = _field(message, "role")
+    role = field(message, "role")
     return (role == "user" and is_working_memory_text(content)) or \
         (role == "system" and is_working_memory_system_text(content))
 
@@ -99,10 +97,10 @@ class OpenAIChatWorkingMemory:
         out = self.last.messages
         if self.last.result.system is None:
             return out
-        out = [m for m in out if not (_field(m, "role") == "system" and
-                                      is_working_memory_system_text(_field(m, "content") or ""))]
+        out = [m for m in out if not (field(m, "role") == "system" and
+                                      is_working_memory_system_text(field(m, "content") or ""))]
         head = 0
-        while head < len(out) and _field(out[head], "role") in ("system", "developer"):
+        while head < len(out) and field(out[head], "role") in ("system", "developer"):
             head += 1
         return [*out[:head], dict(self.last.result.system), *out[head:]]
 
@@ -120,9 +118,9 @@ class OpenAIChatWorkingMemory:
         Accepts the SDK's tool-call object or its dict form (arguments are a JSON string).
         A failed write comes back as the tool's content for the model, never an exception.
         """
-        function = _field(call, "function")
-        if function is None or _field(function, "name") != TOOL_NAME:
+        function = field(call, "function")
+        if function is None or field(function, "name") != TOOL_NAME:
             return None
-        arguments = _field(function, "arguments")
+        arguments = field(function, "arguments")
         result = await self.agent.call_tool(arguments if isinstance(arguments, (dict, str)) else {})
-        return {"role": "tool", "tool_call_id": _field(call, "id"), "content": encode_json(result)}
+        return {"role": "tool", "tool_call_id": field(call, "id"), "content": encode_json(result)}

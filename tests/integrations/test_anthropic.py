@@ -30,6 +30,7 @@ from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
 from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import running_workers
 from tests.integrations.support import Audit, CallRecord, next_memory, worker_process, write_from_other_process
 from workers.embedded import RedisServer
 
@@ -225,3 +226,21 @@ def test_codec_places_blocks_after_tool_results() -> None:
     assert codec.join(prefill, [markup]) == [prefill, {"role": "user", "content": [{"type": "text", "text": markup}]}]
     turn = codec.join({"role": "user", "content": [result]}, [markup])[0]
     assert codec.split(turn) == ({"role": "user", "content": [result]}, [markup])
+
+
+async def test_in_place_edits_of_a_merged_turn_are_kept(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """A turn carrying working memory that the loop then edits in place keeps the edit on the next prepare."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    wm = AnthropicWorkingMemory(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"))
+    async with running_workers(redis_server.url, keys, 1):
+        await store.replace("u", "# Notes\n- likes tea")
+        await wait_caught_up(redis, keys)
+        history = await wm.prepare([{"role": "user", "content": "hi"}])
+        assert len(markups_of({"messages": history})) == 1
+        assert (await wm.prepare(history))[-1] is history[-1]  # nothing new: the same turn object
+        history[-1]["content"].append({"type": "text", "text": "and one more thing"})
+        await store.replace("u", "# Notes\n- likes tea\n- and biscuits")
+        await wait_caught_up(redis, keys)
+        again = await wm.prepare(history)  # the new delivery joins that same turn
+    texts = [b["text"] for b in again[-1]["content"]]
+    assert texts[:2] == ["hi", "and one more thing"] and len(markups_of({"messages": again})) == 2

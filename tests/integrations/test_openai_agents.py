@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from agents import Agent, Model, ModelResponse, Runner, SQLiteSession, Usage
+from agents import Agent, FunctionTool, Model, ModelResponse, Runner, SQLiteSession, Usage
 from agents.memory import SessionSettings
 from agents.run_config import CallModelData, ModelInputData
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
@@ -47,6 +47,7 @@ class ScriptedModel(Model):
 
     def __init__(self) -> None:
         self.calls: list[tuple[str | None, list[dict[str, Any]], list[str]]] = []
+        self.turns: list[int] = []  # the turn of each call
         self.turn = 0
 
     async def get_response(self, system_instructions: str | None, input: str | list[Any],
@@ -56,6 +57,7 @@ class ScriptedModel(Model):
         items = [{"role": "user", "content": input}] if isinstance(input, str) else [_plain(i) for i in input]
         names = [t.name for t in tools]
         self.calls.append((system_instructions, json.loads(json.dumps(items)), names))
+        self.turns.append(self.turn)
         n = len(self.calls)
         conversation = [i for i in items if not is_working_memory_message(i)]
         output: list[Any]
@@ -123,6 +125,11 @@ async def test_conversation(redis_server: RedisServer, redis: Redis, keys: Keys)
     for turn in OTHER_PROCESS_TURNS:
         assert f"another process, turn {turn}" in final
     assert len(model.calls) == TURNS + len(TOOL_TURNS)
+    # within a run (a tool call, then the next model call) the input only grows: a byte-stable prefix
+    for k in range(len(model.calls) - 1):
+        if model.turns[k] == model.turns[k + 1]:
+            before, after = model.calls[k][1], model.calls[k + 1][1]
+            assert after[:len(before)] == before and len(after) > len(before)
     # the session never stored a working-memory message: the filter's insertions are per call
     assert not any(is_working_memory_message(i) for i in await session.get_items(limit=1000))
 
@@ -157,3 +164,14 @@ async def test_read_only_and_system_message(redis_server: RedisServer, redis: Re
             assert names == ["setWorkingMemory"]
     doc = await store.get("u")
     assert doc is not None and doc.data.endswith("coffee now")
+
+
+async def test_bad_tool_arguments_come_back_as_an_error(redis: Redis, keys: Keys) -> None:
+    """Arguments that are not JSON, or not the memory string, are an error result for the model; nothing is stored."""
+    wm = OpenAIAgentsWorkingMemory(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"))
+    (tool,) = wm.tools()
+    assert isinstance(tool, FunctionTool) and tool.name == "setWorkingMemory"
+    for arguments in ("not json", json.dumps({"memory": 42}), "[]"):
+        result = json.loads(await tool.on_invoke_tool(None, arguments))  # type: ignore[arg-type]
+        assert result["success"] is False and result["error"]
+    assert await WorkingMemoryStore(redis, keys=keys).get("u") is None

@@ -183,3 +183,13 @@ async def test_read_only_and_system_message(redis_server: RedisServer, redis: Re
             assert sum(is_working_memory_message(m) for m in sent) == 1 and markups_of(fake.bodies[-1]) == []
     assert (await store.get("u")).data.endswith("coffee now")  # type: ignore[union-attr]
     await client.close()
+
+
+async def test_bad_tool_arguments_come_back_as_an_error(redis: Redis, keys: Keys) -> None:
+    """A tool call whose arguments are not JSON is answered with an error for the model; other tools are not ours."""
+    wm = OpenAIChatWorkingMemory(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"))
+    answer = await wm.handle_tool_call({"id": "c1", "function": {"name": "setWorkingMemory", "arguments": "{oops"}})
+    assert answer is not None and answer["tool_call_id"] == "c1"
+    assert json.loads(answer["content"])["success"] is False
+    assert await wm.handle_tool_call({"id": "c2", "function": {"name": "search", "arguments": "{}"}}) is None
+    assert await WorkingMemoryStore(redis, keys=keys).get("u") is None
