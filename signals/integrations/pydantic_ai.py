@@ -89,7 +89,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
-__all__ = ("WorkingMemory", "is_working_memory_message", "is_working_memory_part", "working_memory_tool")
+__all__ = ("WorkingMemory", "is_working_memory_message", "is_working_memory_part", "strip_working_memory",
+           "working_memory_tool")
 
 
 def is_working_memory_part(part: Any) -> bool:
@@ -115,6 +116,13 @@ def is_working_memory_message(message: ModelMessage | Any) -> bool:
     if isinstance(message, ModelResponse):
         return False
     return is_working_memory_part(message)
+
+
+def strip_working_memory(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The history without its working-memory blocks (a request made only of them is left out),
+    e.g. for a summariser or a memory extractor that must not read them as user speech."""
+    codec = _Codec()
+    return [conversation for conversation, _ in map(codec.split, messages) if conversation is not None]
 
 
 class _Codec(MessageCodec[ModelMessage]):

@@ -38,6 +38,7 @@ from signals.integrations.pydantic_ai import (
     WorkingMemory,
     is_working_memory_message,
     is_working_memory_part,
+    strip_working_memory,
     working_memory_tool,
 )
 from signals.streams.deliveries import DeliveryLog
@@ -203,6 +204,11 @@ def test_recognising_working_memory_messages() -> None:
     assert not is_working_memory_message(ModelRequest(parts=[UserPromptPart("hi"), UserPromptPart(markup)]))
     assert not is_working_memory_message(ModelRequest(parts=[UserPromptPart(f"{markup} and more")]))
     assert not is_working_memory_message(ModelResponse(parts=[TextPart(markup)]))
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("hi"), UserPromptPart(markup)]),
+                                   ModelResponse(parts=[TextPart("hello")]),
+                                   ModelRequest(parts=[UserPromptPart(markup)])]
+    stripped = strip_working_memory(history)
+    assert len(stripped) == 2 and [p.content for p in stripped[0].parts] == ["hi"] and stripped[1] is history[1]
 
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "age": {"type": "integer"}}}
