@@ -166,11 +166,142 @@ async def openai_agents_case(redis: Client, keys: Keys, use_wm: bool, hook: Hook
     return turn
 
 
+async def pydantic_ai_case(redis: Client, keys: Keys, use_wm: bool, hook: Hook) -> Turn:
+    """PydanticAI's ``agent.run`` with a ``FunctionModel`` and a ``ProcessHistory`` keeping the last messages."""
+    from pydantic_ai import Agent  # noqa: PLC0415 - an optional extra
+    from pydantic_ai.capabilities import ProcessHistory  # noqa: PLC0415
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart  # noqa: PLC0415
+    from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: PLC0415
+
+    from signals.integrations.pydantic_ai import WorkingMemory  # noqa: PLC0415
+
+    class Timed(WorkingMemory):
+        async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
+            with hook:
+                return await super().before_model_request(ctx, request_context)
+
+    async def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent = Agent(FunctionModel(reply), instructions="sys")
+    capabilities: list[Any] = [ProcessHistory(lambda messages: messages[-KEEP:])]
+    if use_wm:
+        capabilities.append(Timed(_agent(redis, keys)))
+    history: list[ModelMessage] | None = None
+
+    async def turn(n: int) -> None:
+        nonlocal history
+        history = (await agent.run(f"user message {n}", message_history=history,
+                                   capabilities=capabilities)).all_messages()
+
+    return turn
+
+
+async def langchain_case(redis: Client, keys: Keys, use_wm: bool, hook: Hook) -> Turn:
+    """LangChain's ``create_agent`` graph (checkpointed), a scripted chat model, the state trimmed to KEEP."""
+    from langchain.agents import create_agent  # noqa: PLC0415 - an optional extra
+    from langchain.agents.middleware import AgentMiddleware  # noqa: PLC0415
+    from langchain_core.language_models import BaseChatModel  # noqa: PLC0415
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage  # noqa: PLC0415
+    from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: PLC0415
+    from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES  # noqa: PLC0415
+
+    from signals.integrations.langchain import WorkingMemoryMiddleware  # noqa: PLC0415
+
+    class Scripted(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "bench"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self.bind(tools=tools, **kwargs)
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content="ok"))])
+
+    class Trim(AgentMiddleware):  # the history limit: the state keeps its last KEEP messages
+        async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+            messages = state["messages"]
+            if len(messages) <= KEEP:
+                return None
+            return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[-KEEP:]]}
+
+    middleware: list[Any] = [Trim()]
+    if use_wm:
+        wm = WorkingMemoryMiddleware(_agent(redis, keys))
+        prepare = wm.window.prepare
+
+        async def timed(messages: Any) -> Any:
+            with hook:
+                return await prepare(messages)
+
+        wm.window.prepare = timed  # type: ignore[method-assign]
+        middleware.append(wm)
+    agent = create_agent(Scripted(), system_prompt="sys", middleware=middleware, checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": uuid.uuid4().hex}}
+
+    async def turn(n: int) -> None:
+        await agent.ainvoke({"messages": [HumanMessage(f"user message {n}")]}, config)
+
+    return turn
+
+
+async def adk_case(redis: Client, keys: Keys, use_wm: bool, hook: Hook) -> Turn:
+    """Google ADK's ``Runner.run_async`` with a scripted ``BaseLlm``; a callback keeps the last contents."""
+    from google.adk.agents import LlmAgent  # noqa: PLC0415 - an optional extra
+    from google.adk.models.base_llm import BaseLlm  # noqa: PLC0415
+    from google.adk.models.llm_request import LlmRequest  # noqa: PLC0415
+    from google.adk.models.llm_response import LlmResponse  # noqa: PLC0415
+    from google.adk.runners import Runner  # noqa: PLC0415
+    from google.adk.sessions import InMemorySessionService  # noqa: PLC0415
+    from google.genai import types  # noqa: PLC0415
+
+    from signals.integrations.adk import WorkingMemory  # noqa: PLC0415
+
+    class Scripted(BaseLlm):
+        model: str = "bench"
+
+        async def generate_content_async(self, llm_request: LlmRequest, stream: bool = False) -> Any:
+            usage = types.GenerateContentResponseUsageMetadata(prompt_token_count=1, candidates_token_count=1)
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="ok")]), usage_metadata=usage)
+
+    def keep_last(callback_context: Any, llm_request: LlmRequest) -> None:
+        llm_request.contents = llm_request.contents[-KEEP:]
+
+    callbacks: list[Any] = [keep_last]
+    tools: list[Any] = []
+    if use_wm:
+        wm = WorkingMemory(_agent(redis, keys))
+        tools = wm.tools()
+
+        async def timed(callback_context: Any, llm_request: LlmRequest) -> Any:
+            with hook:
+                return await wm.before_model_callback(callback_context, llm_request)
+
+        callbacks.append(timed)
+    agent = LlmAgent(name="bench", model=Scripted(), instruction="sys", tools=tools, before_model_callback=callbacks)
+    sessions = InMemorySessionService()
+    session = await sessions.create_session(app_name="bench", user_id="u")
+    runner = Runner(agent=agent, app_name="bench", session_service=sessions)
+
+    async def turn(n: int) -> None:
+        message = types.Content(role="user", parts=[types.Part(text=f"user message {n}")])
+        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+            pass
+
+    return turn
+
+
 #: One entry per adapter: (name, the function building one model call of its loop).
 CASES: list[tuple[str, Case]] = [
     ("Anthropic Messages loop", anthropic_case),
     ("OpenAI Chat Completions loop", openai_chat_case),
     ("OpenAI Agents SDK Runner.run", openai_agents_case),
+    ("PydanticAI agent.run", pydantic_ai_case),
+    ("LangChain create_agent (ainvoke)", langchain_case),
+    ("Google ADK Runner.run_async", adk_case),
 ]
 
 
