@@ -251,7 +251,12 @@ def register(sub: Any) -> None:
     add_common_args(worker)
     worker.add_argument("--policy", choices=("compact", "mastra"), help="signal policy (default compact)")
     worker.add_argument("--snapshot-every", type=int, help="every K-th signal of a lane is a snapshot")
-    worker.add_argument("--keep-snapshots", type=int, help="snapshot chains kept per lane stream")
+    worker.add_argument("--retain-signals", type=int,
+                        help="signals kept per lane at least (default 50; trimmed at snapshot boundaries)")
+    worker.add_argument("--retain-age", metavar="DURATION",
+                        help="also keep every signal younger than this (90s, 12h, 7d, 2w; default: none)")
+    worker.add_argument("--keep-snapshots", type=int,
+                        help="deprecated: N snapshot chains, taken as --retain-signals N x snapshot-every")
     worker.add_argument("--max-diff-edits", type=int,
                         help="line edits a delta may take before a snapshot is sent instead (default 300)")
     worker.add_argument("--batch", type=int, help="entries per read")
