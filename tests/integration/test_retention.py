@@ -7,6 +7,7 @@ in a lane's snapshot list is trusted: junk there never stops the worker nor cuts
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -128,3 +129,55 @@ async def test_junk_in_the_snapshot_list_never_stops_the_worker_nor_cuts_a_chain
                      retain_signals=3)
     signals = await check_lane(redis, keys, lane)
     assert 3 <= len(signals) <= 3 + 2 * 3 - 2, [s.version for s in signals]  # retain + 2 chains - 2 at most
+
+
+def _cli(url: str, keys: Keys, *args: str) -> list[str]:
+    return [sys.executable, "-m", "workers", *args, "--redis-url", url, "--namespace", keys.namespace,
+            "--partitions", str(keys.partitions)]
+
+
+async def test_replay_says_where_the_retained_history_begins_and_verifies_from_there(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A trimmed lane: replay's text output starts with the trimmed-history line, --json
+    records carry firstRetainedVersion, and --verify (a replay from the oldest retained
+    signal) passes and says so too."""
+    url = redis_server.url
+    await _write(url, redis, keys, [_doc(n) for n in range(10)], snapshot_every=3, retain_signals=2)
+    first = (await check_lane(redis, keys, "r:u"))[0].version
+    assert first == 7  # snapshots at 1, 4, 7, 10: from 10 one signal, from 7 four
+    env = {**os.environ, "WM_SIGNALS_RETAIN_SIGNALS": "2"}
+    text = await anyio.run_process(_cli(url, keys, "replay", "--resource", "u"), cwd=ROOT, env=env)
+    assert text.stdout.decode().splitlines()[0] == (
+        "history before version 7 was trimmed (retention: at least 2 signals per lane, trimmed at snapshot "
+        "boundaries, if the workers share this process's retain_signals/retain_age); the oldest retained "
+        "signal is a snapshot")
+    records = await anyio.run_process(_cli(url, keys, "replay", "--resource", "u", "--json"), cwd=ROOT)
+    lines = [json.loads(line) for line in records.stdout.decode().splitlines()]
+    assert [(r["version"], r["firstRetainedVersion"]) for r in lines] == [(v, 7) for v in range(7, 11)]
+    verified = await anyio.run_process(_cli(url, keys, "replay", "--resource", "u", "--verify"), cwd=ROOT)
+    out = verified.stdout.decode()
+    assert "verified 4 signals (versions 7..10)" in out and "history before version 7 was trimmed" in out
+
+
+async def test_subscribe_from_start_for_more_than_can_arrive_ends_at_its_timeout(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """``subscribe --from-start --count 20`` on a finished lane of 12 signals delivers the
+    12, says on stderr that it delivered everything retained and waits, and with --timeout
+    exits 1 naming what arrived; --count 12 exits 0; a bad --timeout is exit 2."""
+    url = redis_server.url
+    await _write(url, redis, keys, [f"# Profile\n- visits: {n}" for n in range(12)],
+                 retain_signals=DEFAULT_RETAIN_SIGNALS)
+    base = ["subscribe", "--resource", "u", "--from-start", "--json"]
+    waited = await anyio.run_process(_cli(url, keys, *base, "--count", "20", "--timeout", "1.5"), cwd=ROOT,
+                                     check=False)
+    assert waited.returncode == 1
+    assert len(waited.stdout.decode().splitlines()) == 12
+    err = waited.stderr.decode()
+    assert "delivered all 12 retained signals (versions 1..12), from the oldest retained snapshot" in err
+    assert "waiting for 8 more" in err and "--timeout 1.5s expired after 12 of 20 signals" in err
+    done = await anyio.run_process(_cli(url, keys, *base, "--count", "12", "--timeout", "30"), cwd=ROOT)
+    assert len(done.stdout.decode().splitlines()) == 12 and done.stderr == b""
+    bad = await anyio.run_process(_cli(url, keys, *base, "--timeout", "soon"), cwd=ROOT, check=False)
+    assert bad.returncode == 2 and b"--timeout takes a number of seconds" in bad.stderr
