@@ -15,7 +15,16 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import bench_delta, bench_latency, bench_rss, bench_tokens, bench_verify, bench_worker, bench_worst_write
+from bench import (
+    bench_delta,
+    bench_latency,
+    bench_memory,
+    bench_rss,
+    bench_tokens,
+    bench_verify,
+    bench_worker,
+    bench_worst_write,
+)
 
 
 def _machine() -> str:
@@ -125,6 +134,11 @@ def main() -> None:
     out()
     out(f"Growth from {rss[1]['lanes']:,} to {rss[-1]['lanes']:,} lanes: {rss[-1]['rss_mb'] - rss[1]['rss_mb']:.1f} MB "
         "(target < 100 MB; the first row is the worker just after start-up).")
+    out()
+    out("## Redis memory per lane (default retention)")
+    out()
+    for line in bench_memory.report(bench_memory.run(users=20 if q else 5_000, sample=20 if q else 500)):
+        out(line)
     out()
     out("## Token economics (200-turn conversations, ~10% of turns update the memory)")
     out()

@@ -286,7 +286,7 @@ def register(sub: Any) -> None:
     worker.add_argument("--policy", choices=("compact", "mastra"), help="signal policy (default compact)")
     worker.add_argument("--snapshot-every", type=int, help="every K-th signal of a lane is a snapshot")
     worker.add_argument("--retain-signals", type=int,
-                        help="signals kept per lane at least (default 50; trimmed at snapshot boundaries)")
+                        help="signals kept per lane at least (default 30; trimmed at snapshot boundaries)")
     worker.add_argument("--retain-age", metavar="DURATION",
                         help="also keep every signal younger than this (90s, 12h, 7d, 2w; default: none)")
     worker.add_argument("--keep-snapshots", type=int,

@@ -12,13 +12,18 @@ every commit), so with chains of K signals (``snapshot_every``) it holds between
 with an age (the oldest retained snapshot is the newest at least that old, so an age
 keeps at most one chain older than itself).
 
-Why the default is 50: a subscriber's bootstrap needs only the stream's last chain (at
+Why the default is 30: a subscriber's bootstrap needs only the stream's last chain (at
 most ``snapshot_every`` signals, 20 by default), which trimming at snapshot boundaries
-always keeps; 50 covers two whole chains at the default cadence plus ten, so a
-subscriber up to about 40 signals behind resumes by reading instead of re-bootstrapping,
-and a person debugging a lane sees at least its last 50 changes, whatever the policy
-(under ``compact`` a small document gets a snapshot for nearly every change, which made
-the earlier rule, a number of snapshot chains, keep as few as three signals).
+always keeps; 30 is that chain plus a debugging horizon of ten more changes, so a person
+debugging a lane sees at least its last 30 signals whatever the policy (under
+``compact`` a small document gets a snapshot for nearly every change, which made the
+earlier rule, three snapshot chains, keep as few as three signals), and a subscriber up
+to a chain behind resumes by reading instead of re-bootstrapping. It is also what the
+earlier rule cost in memory where it kept the most: a lane written for long, with whole
+chains of 20, holds about 30 + 19 = 49 signals on average, as three chains of 20 did
+(41 to 60), so the change costs no Redis memory there (``bench/bench_memory.py``
+measures the bytes; each signal stores the document's text, twice for a snapshot:
+``contents`` and ``value``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from signals.errors import InvalidInputError
 
 __all__ = ("DEFAULT_RETAIN_SIGNALS", "MAX_AGE_MS", "Retention", "format_duration", "parse_duration")
 
-DEFAULT_RETAIN_SIGNALS = 50
+DEFAULT_RETAIN_SIGNALS = 30
 """Signals kept per lane at least (see the module's docstring for why)."""
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*")
@@ -85,7 +90,7 @@ class Retention:
         return cls(signals, 0 if age is None else round(age.total_seconds() * 1000))
 
     def describe(self) -> str:
-        """In users' terms, e.g. ``at least 50 signals per lane and everything younger than 1d``."""
+        """In users' terms, e.g. ``at least 30 signals per lane and everything younger than 1d``."""
         text = f"at least {self.signals} signals per lane"
         if self.age_ms:
             text += f" and everything younger than {format_duration(timedelta(milliseconds=self.age_ms))}"
