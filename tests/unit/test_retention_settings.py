@@ -24,7 +24,7 @@ def test_durations_parse_with_or_without_a_unit(text: str, ms: int) -> None:
 @pytest.mark.parametrize("text", ["", "soon", "5 parsecs", "-5s", "1e3", "10y", "9999999999w"])
 def test_bad_durations_name_the_text(text: str) -> None:
     """Anything else is refused, naming what was given."""
-    with pytest.raises(InvalidInputError, match="duration|100 years"):
+    with pytest.raises(InvalidInputError, match=r"duration|100 years"):
         parse_duration(text)
 
 
