@@ -175,6 +175,7 @@ async def _measure(url: str, keys: Keys, users: int, sample: int, seed: int) -> 
     per_kind: dict[str, dict[str, float]] = {}
     signals: dict[str, float] = {}
     snapshots: dict[str, float] = {}
+    text: dict[str, float] = {}
     for scope, lane_of, extra in (("profile", lambda u: f"r:user{u}", None),
                                   ("plan", lambda u: f"t:plan{u}", "thread")):
         lanes = [lane_of(u) for u in chosen]
@@ -189,16 +190,18 @@ async def _measure(url: str, keys: Keys, users: int, sample: int, seed: int) -> 
             for lane in lanes:
                 pipe.xlen(keys.signals(lane))
                 pipe.llen(keys.snapshots(lane))  # nothing was trimmed: every snapshot is listed
+                pipe.hstrlen(keys.doc(lane), "data")
             counts = await pipe.execute()
-        signals[scope] = sum(counts[0::2]) / len(lanes)
-        snapshots[scope] = sum(counts[1::2]) / len(lanes)
+        signals[scope] = sum(counts[0::3]) / len(lanes)
+        snapshots[scope] = sum(counts[1::3]) / len(lanes)
+        text[scope] = sum(counts[2::3]) / len(lanes)
     lanes_total = 2 * users
     shared = {"writes": keys.all_writes(), "docs": [keys.documents(p) for p in range(keys.partitions)],
               "lanes": [keys.lanes(p) for p in range(keys.partitions)]}
     partition = {kind: sum(await _usage(redis, names)) / lanes_total for kind, names in shared.items()}
     used = await _used_memory(redis)
     await redis.aclose()
-    return {"per_kind": per_kind, "signals": signals, "snapshots": snapshots, "partition": partition,
+    return {"per_kind": per_kind, "signals": signals, "snapshots": snapshots, "text": text, "partition": partition,
             "used_after": used,
             "sampled_users": len(chosen)}
 
@@ -234,7 +237,7 @@ def run(users: int = 5_000, sample: int = 500, seed: int = 7) -> dict[str, Any]:
         steady[scope] = DEFAULT_RETAIN_SIGNALS + chain - 1
         steady_user += m["per_kind"][scope]["sig"] / max(held, 1) * (steady[scope] - held)
     return {"users": users, "lanes": lanes, "writes": writes, "write_s": write_s, "sampled_users": m["sampled_users"],
-            "per_kind": m["per_kind"], "signals": m["signals"], "snapshots": m["snapshots"],
+            "per_kind": m["per_kind"], "signals": m["signals"], "snapshots": m["snapshots"], "text": m["text"],
             "partition": m["partition"],
             "per_lane": per_lane, "shared_per_lane": shared, "per_user": per_user,
             "used_delta_per_user": (m["used_after"] - redis_before) / users,
@@ -251,13 +254,15 @@ async def _baseline(url: str) -> int:
 def report(r: dict[str, Any]) -> list[str]:
     """The result as Markdown lines (``make bench`` and ``main``)."""
     kinds = ("doc", "trk", "sig", "snaps", "thread")
-    out = ["| lane | signals held (snapshots) | " + " | ".join(kinds) + " | partition keys (share) | bytes per lane |",
-           "|---|---:|" + "---:|" * len(kinds) + "---:|---:|"]
+    out = ["| lane | text B | signals held (snapshots) | sig B per signal | " + " | ".join(kinds)
+           + " | partition keys (share) | bytes per lane |",
+           "|---|---:|---:|---:|" + "---:|" * len(kinds) + "---:|---:|"]
     for scope, name in (("profile", "Markdown profile (resource)"), ("plan", "JSON plan (thread)")):
         table = r["per_kind"][scope]
         cells = " | ".join(f"{table[k]:,.0f}" if k in table else "-" for k in kinds)
-        out.append(f"| {name} | {r['signals'][scope]:.1f} ({r['snapshots'][scope]:.1f}) | {cells} | "
-                   f"{r['shared_per_lane']:,.0f} | "
+        per_signal = table["sig"] / max(r["signals"][scope], 1)
+        out.append(f"| {name} | {r['text'][scope]:,.0f} | {r['signals'][scope]:.1f} ({r['snapshots'][scope]:.1f}) | "
+                   f"{per_signal:,.0f} | {cells} | {r['shared_per_lane']:,.0f} | "
                    f"{r['per_lane'][scope] + r['shared_per_lane']:,.0f} |")
     per_user, used = r["per_user"], r["used_delta_per_user"]
     out += ["", f"Per user (one profile and one plan): {per_user:,.0f} B by MEMORY USAGE, {used:,.0f} B by "

@@ -78,9 +78,16 @@ end
 -- the lane's last version `last_v`) was pushed on `snaps`
 local function retain(sig, snaps, newest, newest_v, last_v)
   local cutoff = id_ms(newest) - retain_age_ms
-  local ids = redis.call('LRANGE', snaps, 0, retain_walk - 1)
   local keep_at, keep_id = nil, nil
-  for i, id in ipairs(ids) do
+  local i, ids, done = 0, {}, false
+  while not done and i < retain_walk do -- pages of 8: the walk usually stops at the second entry
+    if i % 8 == 0 then
+      ids = redis.call('LRANGE', snaps, i, i + 7)
+      if #ids == 0 then break end
+    end
+    local id = ids[i % 8 + 1]
+    if id == nil then break end
+    i = i + 1
     local v
     if not is_id(id) or not id_le(id, newest) then v = nil
     elseif id == newest then v = newest_v
@@ -90,8 +97,11 @@ local function retain(sig, snaps, newest, newest_v, last_v)
       redis.call('RPUSH', snaps, newest)
       return
     end
-    if id_ms(id) > cutoff or last_v - v + 1 < retain_signals then break end
-    keep_at, keep_id = i, id
+    if id_ms(id) > cutoff or last_v - v + 1 < retain_signals then
+      done = true
+    else
+      keep_at, keep_id = i, id
+    end
   end
   if keep_id == nil then return end
   if keep_at > 1 then redis.call('LTRIM', snaps, keep_at - 1, -1) end
