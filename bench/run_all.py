@@ -123,6 +123,11 @@ def main() -> None:
     out(f"{v['verify_s']:.2f} s (the whole command, as a process), beside {v['xrange_s']:.2f} s to XRANGE the same "
         f"entries and nothing else ({v['ratio']:.1f}x). Target: < 10 s.")
     out()
+    out("## Redis memory per lane (default retention)")
+    out()
+    for line in bench_memory.report(bench_memory.run(users=20 if q else 5_000, sample=20 if q else 500)):
+        out(line)
+    out()
     out("## Worker memory (RSS) by lanes touched")
     out()
     out("| lanes | RSS MB |")
@@ -133,11 +138,6 @@ def main() -> None:
     out()
     out(f"Growth from {rss[1]['lanes']:,} to {rss[-1]['lanes']:,} lanes: {rss[-1]['rss_mb'] - rss[1]['rss_mb']:.1f} MB "
         "(target < 100 MB; the first row is the worker just after start-up).")
-    out()
-    out("## Redis memory per lane (default retention)")
-    out()
-    for line in bench_memory.report(bench_memory.run(users=20 if q else 5_000, sample=20 if q else 500)):
-        out(line)
     out()
     out("## Token economics (200-turn conversations, ~10% of turns update the memory)")
     out()

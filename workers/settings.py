@@ -87,25 +87,6 @@ class Settings(BaseSettings):
                 raise ValueError(f"not valid UTF-8 (an undecodable byte at position {e.start})") from e
         return value
 
-    @field_validator("retain_age", mode="before")
-    @classmethod
-    def _duration(cls, value: object) -> object:
-        return retention_age(value)
-
-    @field_validator("retain_age", mode="after")
-    @classmethod
-    def _not_negative(cls, value: timedelta | None) -> timedelta | None:
-        if value is not None and value < timedelta(0):
-            raise ValueError("a duration cannot be negative")
-        if value is not None and value > timedelta(milliseconds=MAX_AGE_MS):
-            raise ValueError("a duration longer than 100 years")
-        return value
-
-    @model_validator(mode="after")
-    def _map_keep_snapshots(self) -> Settings:
-        map_keep_snapshots(self)
-        return self
-
     @model_validator(mode="after")
     def _cluster_needs_url(self) -> Settings:
         if self.cluster and not self.redis_url:
@@ -134,6 +115,25 @@ class Settings(BaseSettings):
             self.signing_key = SecretStr(text)
         if self.signing_key is not None and len(self.signing_key.get_secret_value().encode()) < MIN_SIGNING_KEY_BYTES:
             raise ValueError(f"the signing key must be at least {MIN_SIGNING_KEY_BYTES} bytes")
+        return self
+
+    @field_validator("retain_age", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return retention_age(value)
+
+    @field_validator("retain_age", mode="after")
+    @classmethod
+    def _not_negative(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < timedelta(0):
+            raise ValueError("a duration cannot be negative")
+        if value is not None and value > timedelta(milliseconds=MAX_AGE_MS):
+            raise ValueError("a duration longer than 100 years")
+        return value
+
+    @model_validator(mode="after")
+    def _map_keep_snapshots(self) -> Settings:
+        map_keep_snapshots(self)
         return self
 
     def keys(self) -> Keys:
