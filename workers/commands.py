@@ -258,7 +258,9 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
 def _waiting_note(items: list[Any], args: argparse.Namespace) -> str:
     """What ``subscribe`` has delivered from the stream, said when it starts waiting for new writes."""
     versions = f" (versions {items[0].signal.version}..{items[-1].signal.version})" if items else ""
-    if args.from_start:
+    if not items:
+        done = "the lane has no signals yet"
+    elif args.from_start:
         done = f"delivered all {len(items)} retained signals{versions}, from the oldest retained snapshot"
     else:
         done = (f"delivered the {len(items)} signals of the current chain{versions}, from the latest snapshot "
