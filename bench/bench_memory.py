@@ -3,9 +3,10 @@
 Workload: U users, each with two lanes: a resource-scope Markdown profile (10-40 lines,
 starting at 10-25 and growing, shrinking and changing a line or two per write) and a
 thread-scope JSON plan (goal, status, 3-8 steps, notes; partial merges), each written
-20-30 times with ``WorkingMemoryStore`` (the write script: CAS, event chain, document
-index) while a ``wm-signals worker`` process with default settings (compact policy,
-``snapshot_every`` 20, ``retain_signals`` 50, deltas carrying their ``value``) signals
+20-30 times through the write script (CAS, event chain, document index: the store's own
+script, keys and arguments, pipelined, texts from the store's replace and merge functions)
+while a ``wm-signals worker`` process with default settings (compact policy,
+``snapshot_every`` 20, ``retain_signals`` 30, deltas carrying their ``value``) signals
 them. Once the worker has caught up and its maintenance has trimmed the write streams,
 ``MEMORY USAGE <key> SAMPLES 0`` (every element counted) is taken over every key of a
 sample of lanes, by key kind, plus the partition-wide keys (write streams, document
@@ -31,17 +32,17 @@ from typing import Any
 
 import anyio
 
-from signals.core.memory import WorkingMemoryConfig
+from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace
 from signals.core.retention import DEFAULT_RETAIN_SIGNALS
-from signals.streams.client import Client, connect
+from signals.streams.client import Client, connect, queue_script
 from signals.streams.keys import GROUP, Keys
-from signals.streams.store import WorkingMemoryStore
+from signals.streams.store import LaneRef, WorkingMemoryStore
 from workers import runtime
 from workers.embedded import RedisServer
 
 SNAPSHOT_EVERY = 20  # the worker's default
-TASKS = 32  # concurrent writes per writer process (each owns its lanes: one lane's writes stay in order)
-WRITERS = 3  # writer processes
+PIPELINE = 500  # write-script calls per round trip
+WRITERS = 2  # writer processes
 _WORDS = ("tea", "hiking", "jazz", "Kyoto", "Rust", "sailing", "espresso", "chess", "Lisbon", "the quarterly report",
           "a standing desk", "early meetings", "vegetarian food", "dark mode", "audiobooks", "the night train")
 _KINDS = ("likes", "dislikes", "plans", "asked about", "is learning", "prefers", "mentioned", "works on")
@@ -93,36 +94,54 @@ def plan_updates(writes: int, rng: random.Random) -> list[dict[str, Any]]:
 async def _write_all(url: str, keys: Keys, users: int, seed: int, part: int = 0, parts: int = 1) -> int:
     """Users ``part``, ``part + parts``, ...: their profile and plan writes, round by round
     (each user's texts come from its own seeded generator, so the split changes nothing);
-    returns the number of writes."""
+    returns the number of writes. A thread lane's first write records its owner, as the
+    store's does."""
     md = WorkingMemoryStore(connect(url), keys=keys)
-    js = WorkingMemoryStore(connect(url), keys=keys,
-                            config=WorkingMemoryConfig(scope="thread", schema={"type": "object"}))
+    js = WorkingMemoryStore(md.redis, keys=keys, config=WorkingMemoryConfig(scope="thread", schema={"type": "object"}))
+    await md._check_namespace()
     work: list[tuple[int, list[str], list[dict[str, Any]]]] = []
     for user in range(part, users, parts):
         rng = random.Random(seed * 1_000_003 + user)
         work.append((user, profile_versions(user, rng.randint(20, 30), rng), plan_updates(rng.randint(20, 30), rng)))
     count = sum(len(p) + len(j) for _, p, j in work)
 
-    async def one(k: int) -> None:
-        mine = work[k::TASKS]
-        for n in range(30):
-            for user, texts, updates in mine:
-                if n < len(texts):
-                    await md.replace(f"user{user}", texts[n])
-                if n < len(updates):
-                    await js.merge(f"user{user}", updates[n], thread_id=f"plan{user}")
-
-    async with anyio.create_task_group() as tg:
-        for k in range(TASKS):
-            tg.start_soon(one, k)
+    # Pipelined: each round's writes go as write-script calls (the store's own script, keys
+    # and arguments, the texts computed by the store's pure functions), PIPELINE at a time.
+    # Each lane appears once per round, so its versions are known here and nothing conflicts.
+    versions: dict[str, int] = {}
+    current: dict[str, str | None] = {}
+    calls: list[tuple[WorkingMemoryStore, LaneRef, str, str, str]] = []
+    for n in range(30):
+        for user, texts, updates in work:
+            if n < len(texts):
+                ref = md.ref(f"user{user}")
+                calls.append((md, ref, "", "replace", apply_replace(current.get(ref.lane), texts[n], md.config)))
+                current[ref.lane] = calls[-1][4]
+            if n < len(updates):
+                ref = js.ref(f"user{user}", f"plan{user}")
+                merged = apply_merge(current.get(ref.lane), updates[n], js.config)
+                calls.append((js, ref, f"user{user}", "merge", merged))
+                current[ref.lane] = calls[-1][4]
+    for start in range(0, len(calls), PIPELINE):
+        async with md.redis.pipeline(transaction=False) as pipe:
+            for store, ref, owner, op, data in calls[start:start + PIPELINE]:
+                version = versions.get(ref.lane, 0)
+                args = store._script_args(ref, version, data, op=op, owner=owner,
+                                          idempotency_key=None)
+                await queue_script(pipe, store._write, store._script_keys(ref, owner, None), args)
+                versions[ref.lane] = version + 1
+            replies = await pipe.execute()
+        refused = [r for r in replies if not (isinstance(r, list) and r and r[0] == "ok")]
+        if refused:
+            raise RuntimeError(f"write script refused {len(refused)} writes, e.g. {refused[0]!r}")
     await md.aclose()
     await js.aclose()
     return count
 
 
 def _write_in_processes(url: str, keys: Keys, users: int, seed: int, parts: int) -> int:
-    """The writes from ``parts`` processes (one Python process writes about 1,000/s here:
-    the store's checks, merge and validation run in Python); returns how many."""
+    """The writes from ``parts`` processes (the merges and validation run in Python);
+    returns how many."""
     procs = [subprocess.Popen([sys.executable, "-m", "bench.bench_memory", "--writer", url, keys.namespace,
                                str(keys.partitions), str(users), str(seed), str(k), str(parts)],
                               stdout=subprocess.PIPE, text=True) for k in range(parts)]
