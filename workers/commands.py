@@ -215,6 +215,8 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
     scope = lane_scope(args)
 
     async def main() -> int:
+        import anyio  # noqa: PLC0415
+
         from signals.core.signing import Signer  # noqa: PLC0415
         from signals.streams.keys import lane_id  # noqa: PLC0415
         from signals.streams.subscribe import Subscription  # noqa: PLC0415
@@ -230,19 +232,53 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
                                        "lane's next write)")
             sub = Subscription(redis, settings.keys(), lane, block_ms=1000, signer=Signer(key) if key else None)
             seen = 0
-            for item in await sub.bootstrap(from_start=args.from_start):
-                print_signal(item, as_json=args.json)
-                seen += 1
-                if args.count and seen >= args.count:
-                    return 0
-            async for item in sub:
-                print_signal(item, as_json=args.json)
-                seen += 1
-                if args.count and seen >= args.count:
-                    return 0
+            with anyio.move_on_after(args.timeout):
+                items = await sub.bootstrap(from_start=args.from_start)
+                for item in items:
+                    print_signal(item, as_json=args.json)
+                    seen += 1
+                    if args.count and seen >= args.count:
+                        return 0
+                if args.from_start or args.count:
+                    print(f"wm-signals: {_waiting_note(items, args)}", file=sys.stderr, flush=True)
+                async for item in sub:
+                    print_signal(item, as_json=args.json)
+                    seen += 1
+                    if args.count and seen >= args.count:
+                        return 0
+            if args.count:
+                print(f"wm-signals: --timeout {args.timeout:g}s expired after {seen} of {args.count} signals "
+                      "(no more were retained or written)", file=sys.stderr)
+                return 1
         return 0
 
     return run_async(main)
+
+
+def _waiting_note(items: list[Any], args: argparse.Namespace) -> str:
+    """What ``subscribe`` has delivered from the stream, said when it starts waiting for new writes."""
+    versions = f" (versions {items[0].signal.version}..{items[-1].signal.version})" if items else ""
+    if not items:
+        done = "the lane has no signals yet"
+    elif args.from_start:
+        done = f"delivered all {len(items)} retained signals{versions}, from the oldest retained snapshot"
+    else:
+        done = (f"delivered the {len(items)} signals of the current chain{versions}, from the latest snapshot "
+                "(--from-start begins at the oldest retained one)")
+    more = f"{args.count - len(items)} more" if args.count else "new signals"
+    stop = "" if args.timeout is not None else "; --timeout SECONDS stops waiting"
+    return f"{done}; waiting for {more} (new writes){stop}"
+
+
+def _timeout(text: str) -> float:
+    """``subscribe --timeout``: seconds, more than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 10**9:
+        raise argparse.ArgumentTypeError(f"--timeout takes a number of seconds above 0, not {text!r}")
+    return value
 
 
 def register(sub: Any) -> None:
@@ -251,7 +287,12 @@ def register(sub: Any) -> None:
     add_common_args(worker)
     worker.add_argument("--policy", choices=("compact", "mastra"), help="signal policy (default compact)")
     worker.add_argument("--snapshot-every", type=int, help="every K-th signal of a lane is a snapshot")
-    worker.add_argument("--keep-snapshots", type=int, help="snapshot chains kept per lane stream")
+    worker.add_argument("--retain-signals", type=int,
+                        help="signals kept per lane at least (default 30; trimmed at snapshot boundaries)")
+    worker.add_argument("--retain-age", metavar="DURATION",
+                        help="also keep every signal younger than this (90s, 12h, 7d, 2w; default: none)")
+    worker.add_argument("--keep-snapshots", type=int,
+                        help="deprecated: N snapshot chains, taken as --retain-signals N x snapshot-every")
     worker.add_argument("--max-diff-edits", type=int,
                         help="line edits a delta may take before a snapshot is sent instead (default 300)")
     worker.add_argument("--token-counter", choices=("bytes4", "cl100k"),
@@ -270,8 +311,14 @@ def register(sub: Any) -> None:
     add_common_args(subscribe)
     add_lane_args(subscribe)
     subscribe.add_argument("--json", action="store_true", help="one signal per line as JSON")
-    subscribe.add_argument("--from-start", action="store_true", help="begin at the oldest retained snapshot")
-    subscribe.add_argument("--count", type=int, help="exit after N signals")
+    subscribe.add_argument("--from-start", action="store_true",
+                           help="begin at the oldest retained snapshot (the workers keep at least retain_signals "
+                                "signals per lane, trimmed at snapshot boundaries), not the latest one")
+    subscribe.add_argument("--count", type=int,
+                           help="exit after N signals (a note on stderr says when the retained ones are delivered "
+                                "and it waits for new writes)")
+    subscribe.add_argument("--timeout", type=_timeout, metavar="SECONDS",
+                           help="stop after SECONDS: exit 1 if --count signals have not arrived by then, else 0")
     subscribe.set_defaults(handler=_cmd_subscribe)
 
     write = sub.add_parser("write", help="write a lane's working memory; prints the new version")

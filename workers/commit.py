@@ -25,6 +25,7 @@ import msgspec
 from signals.core.codec import encode_json
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, advance
 from signals.core.models import WriteEvent
+from signals.core.retention import Retention
 from signals.core.signing import Signer
 from signals.streams.client import Client, queue_script
 from signals.streams.keys import GROUP, Keys
@@ -220,18 +221,21 @@ def _event_mismatch(event: WriteEvent, doc: LaneDocument) -> str | None:
 
 
 async def run_commits(
-    redis: Client, keys: Keys, script: Any, order: list[tuple[int, list[LaneCommit]]], *, keep: int,
-    read_ahead: tuple[str, list[str], int] | None = None,
+    redis: Client, keys: Keys, script: Any, order: list[tuple[int, list[LaneCommit]]], *,
+    retention: Retention, read_ahead: tuple[str, list[str], int] | None = None,
 ) -> tuple[list[list[list[str]] | Exception], object]:
     """One commit script per partition in one pipeline, plus the read-ahead XREADGROUP
     (``(consumer, streams, count)``) when given. Returns each script's per-lane statuses
-    (or its error) and the read-ahead reply (or error)."""
+    (or its error) and the read-ahead reply (or error). Signal streams are trimmed at
+    snapshot boundaries under ``retention`` (:mod:`signals.core.retention`)."""
     async with redis.pipeline(transaction=False) as pipe:
         for partition, commits in order:
             script_keys = [keys.writes(partition)]
             for c in commits:
                 script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
-            await queue_script(pipe, script, script_keys, [GROUP, keep, encode_json([c.payload() for c in commits])])
+            payload = encode_json([c.payload() for c in commits])
+            args: list[str | int] = [GROUP, retention.signals, payload, retention.age_ms]
+            await queue_script(pipe, script, script_keys, args)
         if read_ahead is not None:
             consumer, streams, count = read_ahead
             pipe.xreadgroup(GROUP, consumer, dict.fromkeys(streams, ">"), count=count)

@@ -32,6 +32,7 @@ from redis.asyncio.cluster import RedisCluster
 from signals.core.codec import FIELD, decode_write, encode_json
 from signals.core.lane import MAX_VERSION, LaneOptions, is_stream_id
 from signals.core.models import DeadLetter, WriteEvent
+from signals.core.retention import Retention
 from signals.core.signing import Signer
 from signals.errors import GroupMissingError, WmSignalsError
 from signals.streams.client import Client, lua, now_iso
@@ -64,7 +65,7 @@ class ConsumerOptions:
     lane: LaneOptions = field(default_factory=LaneOptions)
     batch: int = 500
     block_ms: int = 100
-    keep_snapshots: int = 3
+    retention: Retention = field(default_factory=Retention)
     claim_idle_ms: int = 15_000
     max_attempts: int = 3
     dead_letter_maxlen: int = 100_000
@@ -320,7 +321,7 @@ class Consumer:
         reading = prefetch is not None and prefetch.entries is None
         read_ahead = (self.name, prefetch.streams, self.options.batch) if prefetch and reading else None
         results, ahead = await run_commits(self.redis, self.keys, self._commit, order,
-                                           keep=self.options.keep_snapshots, read_ahead=read_ahead)
+                                           retention=self.options.retention, read_ahead=read_ahead)
         if prefetch is not None and reading:
             # a failed read-ahead (NOGROUP, say) is left for the next blocking read to report
             prefetch.entries = [] if isinstance(ahead, Exception) else self._flatten(ahead)
@@ -339,7 +340,7 @@ class Consumer:
         retry: list[Pending] = []
         for c in commits:
             [result], _ = await run_commits(self.redis, self.keys, self._commit, [(partition, [c])],
-                                            keep=self.options.keep_snapshots)
+                                            retention=self.options.retention)
             if isinstance(result, Exception):
                 self._cache.forget(c.lane)
                 for entry in c.entries:

@@ -19,6 +19,7 @@ from rich.table import Table
 from signals.core.codec import encode_json
 from signals.core.diff import unified_patch
 from signals.core.models import Delivery, Signal
+from signals.core.retention import Retention
 from signals.core.signing import Signer
 from signals.core.tokens import approx_tokens
 from signals.errors import InvalidInputError, VerifyError
@@ -26,7 +27,7 @@ from signals.streams.deadletters import DeadLetters
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.export import read_export, write_export
 from signals.streams.keys import Keys, lane_id
-from signals.streams.replay import Materialised, iter_signals, materialise
+from signals.streams.replay import Materialised, iter_signals, materialise, trimmed_before
 from signals.streams.status import inspect
 from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
@@ -88,10 +89,22 @@ def _replay_items(signals: list[tuple[str, Signal]], verify: bool) -> Iterator[M
         yield from materialise(signals, verify=verify)
 
 
+def _trimmed_note(first: int, retention: Retention | None) -> str:
+    """The line saying where the retained history begins (and why older history is gone)."""
+    why = (f"retention: {retention.describe()}, if the workers share this process's retain_signals/retain_age"
+           if retention is not None else "not in this export")
+    return f"history before version {first} was trimmed ({why}); the oldest retained signal is a snapshot"
+
+
 def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery],
-          truth: DocumentState | None = None) -> int:
+          truth: DocumentState | None = None, retention: Retention | None = None) -> int:
     """Print or verify; with ``truth`` (``--verify`` against Redis) the latest signal is also
-    checked against the stored document (:func:`signals.streams.replay.check_document`)."""
+    checked against the stored document (:func:`signals.streams.replay.check_document`).
+
+    When the history does not start at version 1 (older signals were trimmed), the text
+    output begins with a line saying so, ``--verify`` ends with it, and every ``--json``
+    record carries ``firstRetainedVersion``; ``retention`` is the retention of this
+    process's settings (``None`` for an export file)."""
     if args.deliveries:
         for d in deliveries:
             if args.json:
@@ -105,6 +118,10 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     if not signals:
         raise InvalidInputError("no signals retained for that lane (check --namespace, --scope and the ids)")
     low, high = _bound(args.from_), _bound(args.to)
+    trimmed = trimmed_before(signals)
+    first_retained = signals[0][1].version
+    if trimmed is not None and not args.json and not args.verify and args.at is None:
+        print(_trimmed_note(trimmed, retention), flush=True)
     previous: str | None = None
     found_at = None
     count = 0
@@ -122,7 +139,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
                 previous = item.value
                 continue
             if args.json:
-                sys.stdout.write(encode_json(signal_record(item)) + "\n")
+                sys.stdout.write(encode_json({**signal_record(item), "firstRetainedVersion": first_retained}) + "\n")
             else:
                 _print_item(item, previous)
             previous = item.value
@@ -139,6 +156,8 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     if args.verify:
         first = signals[0][1].version if signals else 0
         print(f"verified {count} signals (versions {first}..{first + count - 1}): chain and cacheKeys intact")
+        if trimmed is not None:
+            print(_trimmed_note(trimmed, retention))
         if document is not None:
             print(document)
     return 0
@@ -171,7 +190,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 deliveries: list[Delivery] = []
             else:
                 signals, deliveries = await _load(redis, settings.keys(), args, signer=signer)
-        return _show(args, signals, deliveries, truth)
+        return _show(args, signals, deliveries, truth, Retention.of(settings.retain_signals, settings.retain_age))
 
     return run_async(main)
 

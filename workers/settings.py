@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -9,12 +10,14 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from signals.core.lane import LaneOptions
+from signals.core.retention import DEFAULT_RETAIN_SIGNALS, MAX_AGE_MS, Retention
 from signals.core.tokens import CounterName
 from signals.errors import MissingDependencyError
 from signals.streams.client import TLSOptions
 from signals.streams.keys import Keys
 from signals.tokenizers import check_counter, token_counter
 from workers.consumer import ConsumerOptions
+from workers.retention import map_keep_snapshots, retention_age
 
 __all__ = ("MIN_SIGNING_KEY_BYTES", "Settings")
 
@@ -38,6 +41,10 @@ class Settings(BaseSettings):
     whitespace ignored) is the key shared by workers and agent loops to authenticate signals;
     at least :data:`MIN_SIGNING_KEY_BYTES` bytes.
 
+    Retention (see :mod:`workers.retention`): ``retain_signals`` signals at least per lane
+    and, with ``retain_age`` (``90s``, ``12h``, ``7d``, seconds, or ISO 8601), everything
+    younger; ``keep_snapshots`` (chains) is deprecated and maps to ``retain_signals``.
+
     Every text setting must be valid UTF-8 (an environment variable holding other bytes is
     refused, not passed on with escapes).
     """
@@ -56,7 +63,9 @@ class Settings(BaseSettings):
     partitions: int = Field(16, ge=1, le=4096)
     policy: Literal["mastra", "compact"] = "compact"
     snapshot_every: int = Field(20, ge=1)
-    keep_snapshots: int = Field(3, ge=1)
+    retain_signals: int = Field(DEFAULT_RETAIN_SIGNALS, ge=1)
+    retain_age: timedelta | None = None
+    keep_snapshots: int | None = Field(None, ge=1)  # deprecated: see workers.retention
     omit_delta_value: bool = False
     max_diff_edits: int = Field(300, ge=0, le=100_000)
     batch: int = Field(500, ge=1, le=10_000)
@@ -122,6 +131,25 @@ class Settings(BaseSettings):
             raise ValueError(f"the signing key must be at least {MIN_SIGNING_KEY_BYTES} bytes")
         return self
 
+    @field_validator("retain_age", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return retention_age(value)
+
+    @field_validator("retain_age", mode="after")
+    @classmethod
+    def _not_negative(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < timedelta(0):
+            raise ValueError("a duration cannot be negative")
+        if value is not None and value > timedelta(milliseconds=MAX_AGE_MS):
+            raise ValueError("a duration longer than 100 years")
+        return value
+
+    @model_validator(mode="after")
+    def _map_keep_snapshots(self) -> Settings:
+        map_keep_snapshots(self)
+        return self
+
     def keys(self) -> Keys:
         """The key layout."""
         return Keys(self.namespace, self.partitions)
@@ -145,7 +173,7 @@ class Settings(BaseSettings):
                              token_counter(self.token_counter)),
             batch=self.batch,
             block_ms=self.block_ms,
-            keep_snapshots=self.keep_snapshots,
+            retention=Retention.of(self.retain_signals, self.retain_age),
             claim_idle_ms=self.claim_idle_ms,
             max_attempts=self.max_attempts,
         )

@@ -92,11 +92,12 @@ SCRIPTS: Mapping[str, Script] = {
         "thread": ("hget", "hset"), "lanes": ("sadd",), "docs": ("hset",)}),
     # KEYS: thread
     "thread": Script(("thread",), {"thread": ("hget", "hset")}),
-    # KEYS: writes, then per lane: trk, sig, snaps (type-checked; mistyped ones deleted)
+    # KEYS: writes, then per lane: trk, sig, snaps (type-checked; mistyped ones deleted;
+    # retention reads a listed snapshot's entry to learn its version)
     "commit": Script(("writes", "trk", "sig", "snaps"), {
         "writes": ("xack",), "trk": ("type", "del", "hmget", "hset"),
-        "sig": ("type", "del", "xrevrange", "xadd", "xtrim"),
-        "snaps": ("type", "del", "rpush", "llen", "lpop", "lindex")}),
+        "sig": ("type", "del", "xrevrange", "xadd", "xtrim", "xrange"),
+        "snaps": ("type", "del", "rpush", "lrange", "ltrim")}),
     # KEYS: writes (read-only walk of a lane's event chain)
     "chain": Script(("writes",), {"writes": ("xrange",)}),
     # KEYS: writes, dlq, fails

@@ -47,6 +47,7 @@ __all__ = (
     "read_signals",
     "signal_problem",
     "text_problem",
+    "trimmed_before",
     "xrange_entries",
     "xread_entries",
 )
@@ -247,6 +248,15 @@ async def read_signals(
 ) -> list[tuple[str, Signal]]:
     """The lane's whole retained history; raises :class:`VerifyError` at a bad entry."""
     return [item async for item in iter_signals(redis, keys, lane, signer=signer)]
+
+
+def trimmed_before(signals: list[tuple[str, Signal]]) -> int | None:
+    """The first retained version when older history is gone (trimmed by the workers'
+    retention, or reset by a repair), else ``None`` (the history starts at version 1, or
+    there is none). The workers trim only at snapshot boundaries, so a retained history
+    starts at a snapshot and rebuilds every version from this one on."""
+    first = signals[0][1].version if signals else 1
+    return first if first > 1 else None
 
 
 def materialise(

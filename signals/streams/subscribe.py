@@ -1,7 +1,9 @@
 """Agent-loop side: subscribe to a lane's signals, from its current state, then tail.
 
 :meth:`Subscription.bootstrap` reads the lane's chain from its last retained snapshot
-(or, ``from_start``, its oldest) and rebuilds the current text; :meth:`Subscription.poll`
+(or, ``from_start``, its oldest: the workers keep at least ``retain_signals`` signals per
+lane and trim only at snapshot boundaries, so that is where the retained history
+begins, see :mod:`signals.core.retention`) and rebuilds the current text; :meth:`Subscription.poll`
 and ``async for`` read what follows with XREAD from the last entry seen, so a reconnect
 resumes with no gap and no repeat. Every signal is materialised (deltas applied, the
 cacheKey checked); a version gap (the subscriber fell behind the stream's retention)
@@ -111,7 +113,8 @@ class Subscription:
         return text
 
     async def bootstrap(self, *, from_start: bool = False) -> list[Materialised]:
-        """Read the current chain (last snapshot onwards, or all retained) and rebuild it.
+        """Read the current chain (last snapshot onwards, or ``from_start`` all retained,
+        from the oldest retained snapshot) and rebuild it.
 
         Returns the signals delivered, only those above the version already held (a
         re-bootstrap never repeats a version).

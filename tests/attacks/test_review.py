@@ -8,6 +8,7 @@ from redis.asyncio import Redis
 
 from signals.core.codec import FIELD, decode_signal
 from signals.core.lane import LaneOptions
+from signals.core.retention import Retention
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
@@ -63,8 +64,8 @@ async def test_two_workers_repairing_one_lane_do_not_repeat_a_version(
     ca = await _plan(a, redis, keys, lane, entries_a)
     cb = await _plan(b, redis, keys, lane, entries_b)
     partition = keys.partition(lane)
-    [ra], _ = await run_commits(redis, keys, a._commit, [(partition, [ca])], keep=3)
-    [rb], _ = await run_commits(redis, keys, b._commit, [(partition, [cb])], keep=3)
+    [ra], _ = await run_commits(redis, keys, a._commit, [(partition, [ca])], retention=Retention())
+    [rb], _ = await run_commits(redis, keys, b._commit, [(partition, [cb])], retention=Retention())
     versions = [decode_signal(f[FIELD]).version for _, f in await redis.xrange(keys.signals(lane))]
     assert versions == sorted(set(versions)), f"lane versions repeat: {versions} (statuses {ra}, {rb})"
 

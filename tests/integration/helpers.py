@@ -31,7 +31,7 @@ def settings_for(url: str, keys: Keys, **overrides: Any) -> Settings:
     """Worker settings for a test namespace (fast maintenance, short claims)."""
     values: dict[str, Any] = {
         "redis_url": url, "namespace": keys.namespace, "partitions": keys.partitions,
-        "maintenance_interval_s": 0.2, "claim_idle_ms": 1000, "keep_snapshots": 1000,
+        "maintenance_interval_s": 0.2, "claim_idle_ms": 1000, "retain_signals": 100_000,
         "block_ms": 20,
     }
     values.update(overrides)
@@ -99,7 +99,7 @@ def spawn_worker(url: str, keys: Keys, name: str, **flags: Any) -> subprocess.Po
     for flag, value in flags.items():
         args += ["--" + flag.replace("_", "-"), str(value)]
     env = {**os.environ, "WM_SIGNALS_MAINTENANCE_INTERVAL_S": "0.2", "WM_SIGNALS_CLAIM_IDLE_MS": "500",
-           "WM_SIGNALS_KEEP_SNAPSHOTS": "1000", "WM_SIGNALS_LOG_LEVEL": "info", "WM_SIGNALS_LOG_FORMAT": "json"}
+           "WM_SIGNALS_RETAIN_SIGNALS": "100000", "WM_SIGNALS_LOG_LEVEL": "info", "WM_SIGNALS_LOG_FORMAT": "json"}
     log = tempfile.NamedTemporaryFile(prefix=f"wm-worker-{name}-", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=log)
     log.close()

@@ -242,7 +242,7 @@ async def test_tracking_read_of_a_lane_moved_and_trimmed_meanwhile_is_retried(
     from workers.cache import TrackingCache  # noqa: PLC0415
 
     store = WorkingMemoryStore(redis, keys=keys)
-    async with running_workers(redis_server.url, keys, 1, snapshot_every=1, keep_snapshots=1):
+    async with running_workers(redis_server.url, keys, 1, snapshot_every=1, retain_signals=1):
         for text in ("# one", "# two", "# three"):
             await store.replace("moved", text)
             await wait_caught_up(redis, keys)

@@ -91,7 +91,7 @@ async def _scenario(url: str, plan: dict[str, Any]) -> None:
     lines = [f"- fact {i}: seed" for i in range(6)]
     window: list[tuple[str | None, str]] = []
     last_version = 0
-    worker_opts = {"policy": plan["policy"], "snapshot_every": plan["snapshot_every"], "keep_snapshots": 2}
+    worker_opts = {"policy": plan["policy"], "snapshot_every": plan["snapshot_every"], "retain_signals": 2}
 
     async def write(who: int, seed: int) -> None:
         nonlocal lines

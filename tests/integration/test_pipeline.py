@@ -183,11 +183,12 @@ async def test_fresh_worker_rebuilds_prior_when_deltas_omit_value(
 async def test_retention_trims_at_snapshots_and_write_streams_are_trimmed(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
-    """Signal streams keep the last N snapshot chains (starting at a snapshot); processed write
-    events are trimmed from the partition streams."""
+    """Signal streams keep at least ``retain_signals`` signals, trimmed at the newest snapshot
+    that leaves that many (so they start at a snapshot); processed write events are
+    trimmed from the partition streams."""
     store = WorkingMemoryStore(redis, keys=keys)
     lines = [f"- fact {i}: a line long enough for deltas to win" for i in range(12)]
-    async with running_workers(redis_server.url, keys, 1, snapshot_every=3, keep_snapshots=2):
+    async with running_workers(redis_server.url, keys, 1, snapshot_every=3, retain_signals=4):
         for n in range(20):
             lines[n % 12] = f"- fact changed {n}"
             await store.replace("u", "# Notes\n" + "\n".join(lines))
@@ -196,9 +197,11 @@ async def test_retention_trims_at_snapshots_and_write_streams_are_trimmed(
             while sum([await redis.xlen(keys.writes(p)) for p in range(keys.partitions)]):
                 await anyio.sleep(0.05)
     signals = await check_lane(redis, keys, "r:u")
-    assert signals[0].mode == "snapshot"
-    assert sum(s.mode == "snapshot" for s in signals) == 2
-    assert signals[-1].version == 20 and len(signals) < 20
+    # snapshots at 1, 4, ..., 16, 19: from 19 only 2 signals follow, from 16 five (>= 4)
+    assert [(s.version, s.mode) for s in signals] == [
+        (16, "snapshot"), (17, "delta"), (18, "delta"), (19, "snapshot"), (20, "delta")]
+    assert await redis.lrange(keys.snapshots("r:u"), 0, -1) == [i for i, _ in await redis.xrange(
+        keys.signals("r:u"))][::3]
 
 
 def test_cli_exit_codes(redis_server: RedisServer, keys: Keys) -> None:

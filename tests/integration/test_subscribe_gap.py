@@ -3,7 +3,7 @@
 :class:`~signals.streams.subscribe.Subscription` promises that a version gap (the subscriber
 fell behind the stream's retention) re-bootstraps from the latest snapshot, and that
 the versions it delivers only increase. Two ways a lane is trimmed under a subscriber:
-the worker's own retention (``keep_snapshots``, always at a snapshot boundary) and a
+the worker's own retention (``retain_signals``, always at a snapshot boundary) and a
 trim that cuts a chain (an operator's ``XTRIM MAXLEN``), which leaves deltas at the head.
 """
 
@@ -91,13 +91,13 @@ async def test_a_chain_cut_under_the_subscriber_rebootstraps_from_the_latest_sna
 async def test_a_subscriber_behind_the_workers_retention_resumes_at_the_retained_snapshot(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
-    """The worker trims at snapshot boundaries (one chain kept): a subscriber that held v2
+    """The worker trims at snapshot boundaries (one signal kept at least: the last chain): a subscriber that held v2
     resumes at the retained snapshot v7 and its delta v8, with no warning and no repeat."""
     url = redis_server.url
-    await _write(url, redis, keys, range(1, 3), snapshot_every=3, keep_snapshots=1)
+    await _write(url, redis, keys, range(1, 3), snapshot_every=3, retain_signals=1)
     sub = Subscription(redis, keys, "r:u")
     assert [m.signal.version for m in await sub.bootstrap()] == [1, 2]
-    await _write(url, redis, keys, range(3, 9), snapshot_every=3, keep_snapshots=1)
+    await _write(url, redis, keys, range(3, 9), snapshot_every=3, retain_signals=1)
     assert await _retained(redis, keys) == [(7, "snapshot"), (8, "delta")]
     with capture_logs() as logs:
         items = await sub.poll()

@@ -5,7 +5,8 @@
 -- lane's write events. A lane that fails a check is left untouched and its status says
 -- why; the worker recomputes it. Nothing read here is trusted: ids are checked before use.
 -- KEYS: 1 writes stream, then per lane i: trk, sig, snaps
--- ARGV: 1 group, 2 snapshots to keep, 3 JSON array, one object per lane:
+-- ARGV: 1 group, 2 signals to retain per lane, 3 JSON array, one object per lane (below),
+--   4 age to retain in ms (0: none; see the retention section):
 --   expected   the tracking's wv exactly as the worker read it ('' when absent, '!type' when
 --              the tracking key had another type, '!junk' when it was not text: replaced)
 --   expected_v the tracking's v as read: with wv, the compare-and-set (a re-snapshot keeps wv
@@ -20,7 +21,6 @@
 -- Returns one item per lane: {'ok', tail id}, {'conflict'}, {'resnap'}, {'type', keys} or
 -- {'reset', key} (the signal stream takes no new entry: the lane needs a new one).
 local group = ARGV[1]
-local keep = tonumber(ARGV[2])
 local lanes = cjson.decode(ARGV[3])
 local wanted = {'hash', 'stream', 'list'}
 
@@ -39,6 +39,75 @@ local function mistyped(key, want)
   local t = redis.call('TYPE', key)['ok']
   return t ~= 'none' and t ~= want
 end
+
+-- ===== retention (signals.core.retention): trim only at snapshot boundaries =============
+-- A lane keeps at least `retain_signals` signals and every signal younger than
+-- `retain_age_ms`. The snapshot list holds the ids of the lane's retained snapshots, oldest
+-- first; after a commit appends a snapshot, the stream is trimmed to the newest listed
+-- snapshot S that leaves both floors intact: the signals from S on (the lane's last
+-- version - S's version + 1) are at least retain_signals, and S is no younger than the
+-- age (so is every signal before it). The oldest retained signal is then always a
+-- snapshot. S's version is read from its own stream entry, which must be one of our
+-- snapshots: nothing else is needed per chain, and nothing in the list is trusted. A list
+-- entry that is not an id, lies ahead of the newest snapshot, or names no snapshot of the
+-- stream restarts the list at the newest snapshot (no trim: the stream keeps more until
+-- that snapshot is old enough). At most `retain_walk` entries are looked at per commit.
+local retain_signals = tonumber(ARGV[2])
+local retain_age_ms = tonumber(ARGV[4]) or 0
+local retain_walk = 64
+local SNAPSHOT_PREFIX = '{"id":"working-memory","mode":"snapshot",'
+
+local function id_ms(id)
+  return tonumber(string.match(id, '^(%d+)%-'))
+end
+
+-- the lane version of the snapshot at stream id `id`, or nil when there is none
+local function snapshot_version(sig, id)
+  local entry = redis.call('XRANGE', sig, id, id)[1]
+  if not entry then return nil end
+  local fields, payload = entry[2], nil
+  for f = 1, #fields - 1, 2 do
+    if fields[f] == 'e' then payload = fields[f + 1] break end
+  end
+  if type(payload) ~= 'string' or string.sub(payload, 1, #SNAPSHOT_PREFIX) ~= SNAPSHOT_PREFIX then return nil end
+  -- the one unescaped "version" key of a signal's JSON (string values escape their quotes)
+  return tonumber(string.match(payload, '"version":(%d+)'))
+end
+
+-- trim `sig` after `newest` (the id of the snapshot just appended, at version `newest_v`,
+-- the lane's last version `last_v`) was pushed on `snaps`
+local function retain(sig, snaps, newest, newest_v, last_v)
+  local cutoff = id_ms(newest) - retain_age_ms
+  local keep_at, keep_id = nil, nil
+  local i, ids, done = 0, {}, false
+  while not done and i < retain_walk do -- pages of 8: the walk usually stops at the second entry
+    if i % 8 == 0 then
+      ids = redis.call('LRANGE', snaps, i, i + 7)
+      if #ids == 0 then break end
+    end
+    local id = ids[i % 8 + 1]
+    if id == nil then break end
+    i = i + 1
+    local v
+    if not is_id(id) or not id_le(id, newest) then v = nil
+    elseif id == newest then v = newest_v
+    else v = snapshot_version(sig, id) end
+    if v == nil or v > last_v then -- a list we did not write: start it again at this snapshot
+      redis.call('DEL', snaps)
+      redis.call('RPUSH', snaps, newest)
+      return
+    end
+    if id_ms(id) > cutoff or last_v - v + 1 < retain_signals then
+      done = true
+    else
+      keep_at, keep_id = i, id
+    end
+  end
+  if keep_id == nil then return end
+  if keep_at > 1 then redis.call('LTRIM', snaps, keep_at - 1, -1) end
+  redis.call('XTRIM', sig, 'MINID', keep_id)
+end
+-- ===== end of retention ==================================================================
 
 local function has_snapshot(flags)
   for _, flag in ipairs(flags) do
@@ -89,6 +158,7 @@ for i, lane in ipairs(lanes) do
   local tail = lane.fields.tail
   if status == nil then
     if lane.repair == 1 and lane.reset == 1 then redis.call('DEL', sig, snaps) end
+    local newest, newest_s = nil, nil -- the last snapshot appended (retention)
     for s = 1, #lane.signals do
       local id
       if lane.macs[s] ~= '' then
@@ -106,17 +176,12 @@ for i, lane in ipairs(lanes) do
       tail = id
       if lane.snapshot[s] == 1 then
         redis.call('RPUSH', snaps, id)
-        if redis.call('LLEN', snaps) > keep then
-          redis.call('LPOP', snaps)
-          local first = redis.call('LINDEX', snaps, 0)
-          if is_id(first) and id_le(first, id) then
-            redis.call('XTRIM', sig, 'MINID', first)
-          else -- a snapshot list we did not write: start it again at this snapshot
-            redis.call('DEL', snaps)
-            redis.call('RPUSH', snaps, id)
-          end
-        end
+        newest, newest_s = id, s
       end
+    end
+    if newest then -- signals of one commit are consecutive versions, ending at fields.v
+      local last_v = tonumber(lane.fields.v)
+      retain(sig, snaps, newest, last_v - #lane.signals + newest_s, last_v)
     end
   end
   if status == nil then
