@@ -1,0 +1,161 @@
+"""Worker throughput as an operator runs it: metrics on beside off, ``--processes 2`` beside 1.
+
+Each run starts ``wm-signals worker`` as a real process (a process group, so that a
+supervisor and its children stop together), waits for its heartbeat (ready), freezes it
+(SIGSTOP), loads a backlog of N write events into a fresh namespace, thaws it (SIGCONT)
+and times until the consumer group has nothing undelivered and nothing pending
+(``XINFO GROUPS`` polled every 10 ms). With metrics on, ``/metrics`` is scraped every
+second during the run (Prometheus scrapes every 15-60 s: this is the pessimistic case).
+Configurations alternate within each round and the median of the rounds is reported,
+so a busy moment of the host hits all of them alike.
+
+Workload: ~1 KB Markdown documents on L lanes, 1-3 changed lines per write, 20% exact
+repeats, 16 partitions; the loader keeps the write script's invariants (document,
+document index, each event naming the lane's previous one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from signals.core.codec import FIELD, encode_json
+from signals.core.models import WriteEvent
+from signals.streams.client import Client, connect
+from signals.streams.keys import GROUP, Keys
+from workers.embedded import RedisServer, free_port
+
+ROOT = Path(__file__).parents[1]
+PARTITIONS = 16
+
+
+async def _load(redis: Client, keys: Keys, writes: int, lanes: int) -> None:
+    """Pipeline ``writes`` write events (and their documents) into the namespace's streams."""
+    rng = random.Random(7)
+    docs = [[f"- fact {i:02d}: {rng.randint(0, 10**9):010d} and more words to make a line" for i in range(20)]
+            for _ in range(lanes)]
+    versions, last = [0] * lanes, [""] * lanes
+    ms = int(time.time() * 1000)
+    seq = [0] * keys.partitions
+    async with redis.pipeline(transaction=False) as pipe:
+        for n in range(writes):
+            i = rng.randrange(lanes)
+            if versions[i] == 0 or rng.random() >= 0.2:
+                for _ in range(rng.randint(1, 3)):
+                    docs[i][rng.randrange(len(docs[i]))] = f"- fact changed {rng.randint(0, 10**9)}"
+            versions[i] += 1
+            lane, text = f"r:u{i}", "# Profile\n" + "\n".join(docs[i])
+            partition = keys.partition(lane)
+            seq[partition] += 1
+            entry_id = f"{ms}-{seq[partition]}"
+            event = WriteEvent(lane=lane, scope="resource", format="markdown", version=versions[i], data=text,
+                               op="replace", resource_id=f"u{i}")
+            pipe.xadd(keys.writes(partition), {FIELD: encode_json(event), "p": last[i]}, id=entry_id)
+            last[i] = entry_id
+            pipe.hset(keys.doc(lane), mapping={"data": text, "version": versions[i], "format": "markdown",
+                                               "eid": entry_id})
+            pipe.hset(keys.documents(partition), lane, f"{versions[i]} {entry_id} markdown")
+            if n % 2000 == 1999:
+                await pipe.execute()
+        await pipe.execute()
+
+
+async def _drained(redis: Client, keys: Keys) -> bool:
+    async with redis.pipeline(transaction=False) as pipe:
+        for stream in keys.all_writes():
+            pipe.xinfo_groups(stream)
+        replies = await pipe.execute()
+    for groups in replies:
+        group = next((g for g in groups if g["name"] == GROUP), None)
+        if group is None or group["pending"] or group["lag"] != 0:
+            return False
+    return True
+
+
+def _scrape(port: int, stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:  # noqa: S310 - loopback
+            reply.read()
+
+
+async def _run(url: str, writes: int, lanes: int, *, metrics: bool, processes: int) -> float:
+    """One timed run in a fresh namespace; returns events/s."""
+    keys = Keys("b" + uuid.uuid4().hex[:8], PARTITIONS)
+    port = free_port()
+    name = "bench-" + keys.namespace
+    args = [sys.executable, "-m", "workers", "worker", "--redis-url", url, "--namespace", keys.namespace,
+            "--partitions", str(PARTITIONS), "--batch", "1000", "--consumer-name", name,
+            "--processes", str(processes)]
+    if metrics:
+        args += ["--metrics-port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WM_SIGNALS_LOG_LEVEL": "warning",
+           "WM_SIGNALS_HEALTH_INTERVAL_S": "0.2"}
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
+    redis = connect(url)
+    try:
+        with anyio.fail_after(60):
+            while not await redis.exists(keys.heartbeat(name)):
+                assert proc.poll() is None, f"worker exited with {proc.returncode}"
+                await anyio.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGSTOP)
+        await _load(redis, keys, writes, lanes)
+        stop = threading.Event()
+        scraper = threading.Thread(target=_scrape, args=(port, stop), daemon=True) if metrics else None
+        start = time.perf_counter()
+        os.killpg(proc.pid, signal.SIGCONT)
+        if scraper:
+            scraper.start()
+        with anyio.fail_after(600):
+            while not await _drained(redis, keys):
+                await anyio.sleep(0.01)
+        elapsed = time.perf_counter() - start
+        stop.set()
+        return writes / elapsed
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+        os.killpg(proc.pid, signal.SIGTERM)
+        await anyio.to_thread.run_sync(proc.wait)
+        await redis.aclose()
+
+
+CONFIGS = {"off": {"metrics": False, "processes": 1}, "on": {"metrics": True, "processes": 1},
+           "p2": {"metrics": True, "processes": 2}}
+
+
+def run(writes: int = 60_000, lanes: int = 1_000, rounds: int = 3) -> dict[str, Any]:
+    """Median events/s per configuration over ``rounds`` alternating rounds, and the ratios."""
+    results: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    with RedisServer() as server:
+        for _ in range(rounds):
+            for name, config in CONFIGS.items():
+                results[name].append(anyio.run(lambda c=config: _run(server.url, writes, lanes, **c)))
+    med = {name: statistics.median(values) for name, values in results.items()}
+    return {"writes": writes, "lanes": lanes, "rounds": rounds, "off_eps": med["off"], "on_eps": med["on"],
+            "p2_eps": med["p2"], "metrics_ratio": med["on"] / med["off"], "processes_ratio": med["p2"] / med["on"],
+            "runs": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--writes", type=int, default=60_000)
+    parser.add_argument("--lanes", type=int, default=1_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print(run(args.writes, args.lanes, args.rounds))  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()
