@@ -25,7 +25,8 @@ that finds them missing, after a Redis restart or ``SCRIPT FLUSH``, loads them).
 Heartbeat (``worker --check``): the monitor sets ``<namespace>:hb:<instance>``
 (:meth:`signals.streams.keys.Keys.heartbeat`; the instance is ``consumer_name`` when
 set, else the host name, so a probe in the same container finds it) with a TTL of
-``heartbeat_ttl_s`` (default 10 s), each tick while every process of the board is live.
+``heartbeat_ttl_s`` (default 10 s), each tick while every process of the board is live
+and ready (so a probe passes only once every process of ``--processes N`` runs).
 A stopped worker deletes it; a dead or stuck one lets it expire. :func:`check_heartbeat`
 reads it.
 
@@ -56,7 +57,7 @@ from workers.faults import is_whole_server
 from workers.metrics import METRICS, Layout, WorkerMetrics
 
 __all__ = ("READY_TEXT", "WORKER_SCRIPTS", "Board", "Monitor", "check_heartbeat", "heartbeat_instance",
-           "liveness_bound")
+           "liveness_bound", "ready_max_age")
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +81,11 @@ _HEADER = 4  # seq (odd while being written), progress (monotonic s), readiness 
 def liveness_bound(liveness_s: float, block_ms: int) -> float:
     """Seconds a read loop may go without progress before the worker counts as dead."""
     return max(liveness_s, 3 * block_ms / 1000)
+
+
+def ready_max_age(interval_s: float) -> float:
+    """How old a readiness check may be before it no longer counts (a few missed ticks)."""
+    return 3 * interval_s + 5.0
 
 
 def heartbeat_instance(consumer_name: str | None) -> str:
@@ -206,7 +212,9 @@ class Monitor:
         self.ready = code
         self.checked_at = time.monotonic()
         self.publish()
-        if self.ready == 0 and self.board.liveness(self.bound_s) is None and not self.stopping:
+        board = self.board
+        if (not self.stopping and board.readiness(ready_max_age(self.interval_s)) is None
+                and board.liveness(self.bound_s) is None):
             with anyio.move_on_after(self.TICK_TIMEOUT_S):
                 try:
                     await self.redis.set(self.keys.heartbeat(self.instance), self._heartbeat(), px=self.ttl_ms)

@@ -45,7 +45,7 @@ from redis import exceptions as redis_exc
 
 from signals.errors import WmSignalsError
 from workers.consumer import default_consumer_name
-from workers.health import Board, Monitor, check_heartbeat, heartbeat_instance, liveness_bound
+from workers.health import Board, Monitor, check_heartbeat, heartbeat_instance, liveness_bound, ready_max_age
 from workers.logging import configure_logging
 from workers.metrics import Layout
 from workers.ops_server import OpsServer
@@ -102,7 +102,7 @@ def _ops_server(settings: Settings, board: Board, running: list[bool] | None) ->
     alive = None if running is None else running.__getitem__
     server = OpsServer(settings.metrics_addr, settings.metrics_port, board,
                        live_bound_s=liveness_bound(settings.liveness_s, settings.block_ms),
-                       ready_max_age_s=3 * settings.health_interval_s + 5.0, alive=alive).start()
+                       ready_max_age_s=ready_max_age(settings.health_interval_s), alive=alive).start()
     log.info("worker.metrics_serving", addr=settings.metrics_addr, port=server.port)
     return server
 

@@ -90,7 +90,7 @@ async def _until(what: str, fn: Callable[[], Any], limit_s: float = 30.0) -> Any
 
 async def _ready(proc: subprocess.Popen[bytes], port: int) -> None:
     async def ready() -> bool:
-        assert proc.poll() is None, Path(proc.log_path).read_text()[-2000:]  # type: ignore[attr-defined]
+        assert proc.poll() is None, _log(proc)[-2000:]
         try:
             return (await _http(port, "/readyz"))[0] == 200
         except OSError:  # not listening yet
@@ -113,6 +113,14 @@ def _lanes(keys: Keys, per_partition: int) -> list[str]:
             ids.append(f"u{n}")
         n += 1
     return [rid for ids in chosen.values() for rid in ids]
+
+
+def _log(proc: subprocess.Popen[bytes]) -> str:
+    return Path(proc.log_path).read_text()  # type: ignore[attr-defined]
+
+
+def _exists(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
 
 
 def _children(pid: int) -> list[int]:
@@ -197,7 +205,7 @@ async def test_processes_2_metrics_count_what_was_written_and_lag_follows_a_paus
         proc.send_signal(signal.SIGTERM)
         assert await anyio.to_thread.run_sync(lambda: proc.wait(30)) == 0
         for pid in children:
-            assert not Path(f"/proc/{pid}").exists()
+            assert not _exists(pid)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -260,8 +268,8 @@ async def test_a_child_that_dies_stops_the_supervisor_non_zero(redis_server: Red
         victim, other = _children(proc.pid)
         os.kill(victim, signal.SIGKILL)
         assert await anyio.to_thread.run_sync(lambda: proc.wait(30)) == 1
-        assert not Path(f"/proc/{other}").exists()
-        assert "worker.process_exited" in Path(proc.log_path).read_text()  # type: ignore[attr-defined]
+        assert not _exists(other)
+        assert "worker.process_exited" in _log(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
