@@ -45,6 +45,7 @@ from redis import exceptions as redis_exc
 
 from signals.errors import WmSignalsError
 from workers.consumer import default_consumer_name
+from workers.embedded import RedisServer
 from workers.health import Board, Monitor, check_heartbeat, heartbeat_instance, liveness_bound, ready_max_age
 from workers.logging import configure_logging
 from workers.metrics import Layout
@@ -62,6 +63,14 @@ KILL_AFTER_S = 5.0
 def run_worker_command(settings: Settings) -> int:
     """``wm-signals worker``: one process, or :func:`run_processes`; returns the exit code."""
     count = settings.process_count()
+    if count > 1 and settings.redis_url is None:  # one embedded server for all the children, not one each
+        embedded = RedisServer().start()
+        print(f"wm-signals: no Redis URL configured: started an embedded redis-server at {embedded.url} "  # noqa: T201
+              "(it stops at exit; set WM_SIGNALS_REDIS_URL or --redis-url to use your own)", file=sys.stderr)
+        try:
+            return run_processes(settings.model_copy(update={"redis_url": embedded.url}), count)
+        finally:
+            embedded.stop()
     if count > 1:
         return run_processes(settings, count)
     board = Board(1, Layout(settings.partitions))
