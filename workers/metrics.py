@@ -168,12 +168,14 @@ class WorkerMetrics:
         self.marks[loop] = time.monotonic() if now is None else now
 
     def unmark(self, loop: object) -> None:
-        """Forget a loop that ended (a stopped worker is judged by ``up``, not its loops)."""
-        self.marks.pop(loop, None)
+        """Forget a loop that ended (a stopping worker then gets one liveness bound to exit)."""
+        if self.marks.pop(loop, None) is not None and not self.marks:
+            self.started = time.monotonic()
 
     def progress(self) -> float:
-        """The monotonic time of the least recent progress over the running loops (the
-        process's start when none runs yet): liveness compares it with a bound."""
+        """The monotonic time of the least recent progress over the running loops (when
+        none runs: the process's start, or when the last loop ended): liveness compares
+        it with a bound."""
         return min(self.marks.values(), default=self.started)
 
     def vector(self, layout: Layout) -> list[float]:

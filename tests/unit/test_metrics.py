@@ -129,3 +129,16 @@ def test_bad_worker_flags_are_one_line_and_exit_2(flags: list[str], named: str) 
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert named in proc.stderr
+
+
+def test_progress_is_the_least_recent_loop_and_a_stop_restarts_the_clock() -> None:
+    """Liveness follows the slowest read loop; once the last loop ends, the stopping
+    worker is judged from that moment (not from its start, long ago)."""
+    m = WorkerMetrics()
+    m.started = 0.0
+    m.mark("a", 10.0)
+    m.mark("b", 20.0)
+    assert m.progress() == 10.0
+    m.unmark("a")
+    m.unmark("b")
+    assert m.progress() > 20.0
