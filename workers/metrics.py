@@ -26,20 +26,20 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 if TYPE_CHECKING:
     from workers.commit import BatchStats
     from workers.lane_state import Pending
 
 __all__ = (
-    "BATCH_BUCKETS", "LATENCY_BUCKETS", "METRICS", "MODES", "OUTCOMES", "PREFIX", "REASONS", "Histogram", "Layout",
-    "MetricsCollector", "WorkerMetrics", "dead_letter_reason", "version",
+    "BATCH_BUCKETS", "LATENCY_BUCKETS", "METRICS", "MODES", "OUTCOMES", "PREFIX", "REASONS", "REGISTRY", "Histogram",
+    "Layout", "MetricsCollector", "Source", "WorkerMetrics", "dead_letter_reason", "version",
 )
 
 PREFIX = "wm_signals_"
@@ -216,22 +216,26 @@ class Layout:
 METRICS = WorkerMetrics()
 
 
+#: What a collector reads at each scrape: the vectors' layout and one vector per process.
+Source = Callable[[], tuple[Layout, list[list[float]]]]
+
+
 class MetricsCollector(Collector):
     """Prometheus families from the vectors of one or more worker processes.
 
     Counters and histograms are summed over the vectors; the gauges read from Redis
     (lag, pending, dead-letter length) come from the most recently refreshed vector
-    (every process reads the same Redis); ``up`` is 1 only when every process's read
-    loop runs.
+    (every process reads the same Redis) and have no samples until one was read (no
+    made-up zeros); ``up`` is 1 only when every process's read loop runs.
     """
 
-    def __init__(self, layout: Layout, vectors: object, build_version: str) -> None:
-        self.layout = layout
-        self._vectors = vectors  # () -> list[list[float]]
+    def __init__(self, source: Source, build_version: str) -> None:
+        self._source = source
         self._version = build_version
+        self.layout = Layout(0)
 
     def collect(self) -> Iterator[Metric]:
-        vectors: list[list[float]] = self._vectors()  # type: ignore[operator]
+        self.layout, vectors = self._source()
         n = self.layout.size
         total = [sum(v[i] for v in vectors) for i in range(self.layout.gauges)] if vectors else [0.0] * n
         it = iter(total)
@@ -271,19 +275,31 @@ class MetricsCollector(Collector):
         info = GaugeMetricFamily(PREFIX + "build_info", "The wm-signals version (value 1).", labels=["version"])
         info.add_metric([self._version], 1.0)
         yield info
-        if fresh is None or fresh[g + 2] == 0:  # not read from Redis yet: no made-up zeros
-            return
-        yield GaugeMetricFamily(PREFIX + "dead_letter_stream_length", "Entries in the dead-letter streams.",
-                                value=fresh[g + 1])
+        length = GaugeMetricFamily(PREFIX + "dead_letter_stream_length", "Entries in the dead-letter streams.",
+                                   labels=[])
         lag = GaugeMetricFamily(PREFIX + "stream_lag", "Write stream entries not yet delivered to the group.",
                                 labels=["partition"])
         pending = GaugeMetricFamily(PREFIX + "stream_pending", "Write stream entries delivered, not acknowledged.",
                                     labels=["partition"])
-        for i in range(p):
-            lag.add_metric([str(i)], fresh[g + 3 + i])
-            pending.add_metric([str(i)], fresh[g + 3 + p + i])
-        yield lag
-        yield pending
+        if fresh is not None and fresh[g + 2] != 0:  # not read from Redis yet: families without samples
+            length.add_metric([], fresh[g + 1])
+            for i in range(p):
+                lag.add_metric([str(i)], fresh[g + 3 + i])
+                pending.add_metric([str(i)], fresh[g + 3 + p + i])
+        yield from (length, lag, pending)
+
+
+def _this_process() -> tuple[Layout, list[list[float]]]:
+    layout = Layout(len(METRICS.lag))
+    return layout, [METRICS.vector(layout)]
+
+
+#: The process-wide registry: this process's :data:`METRICS` as Prometheus families (for
+#: a program that runs :func:`workers.supervisor.run_worker` itself and serves its own
+#: endpoint). ``wm-signals worker`` serves the shared-memory board instead (the same
+#: families, summed over its processes, see :mod:`workers.ops_server`).
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(MetricsCollector(_this_process, version()))
 
 
 def _histogram(name: str, doc: str, bounds: Sequence[float], values: list[float]) -> HistogramMetricFamily:

@@ -49,7 +49,7 @@ class OpsServer:
                  alive: Callable[[int], bool] | None = None) -> None:
         self.board = board
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(MetricsCollector(board.layout, board.vectors, version()))
+        self.registry.register(MetricsCollector(lambda: (board.layout, board.vectors()), version()))
         ops = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -22,7 +22,7 @@ ROOT = Path(__file__).parents[2]
 
 def _scrape(layout: Layout, vectors: list[list[float]]) -> dict[str, float]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(MetricsCollector(layout, lambda: vectors, "1.2.3"))
+    registry.register(MetricsCollector(lambda: (layout, vectors), "1.2.3"))
     out = {}
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         for s in family.samples:
