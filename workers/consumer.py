@@ -39,9 +39,9 @@ from signals.streams.client import Client, lua, now_iso
 from signals.streams.keys import GROUP, Keys, validate_id
 from workers.cache import TrackingCache
 from workers.commit import BatchStats, LaneCommit, plan_lane, run_commits
+from workers.counters import METRICS
 from workers.faults import is_whole_server
 from workers.lane_state import LaneState, Pending, load_documents, read_lanes, walk_chains
-from workers.metrics import METRICS
 
 __all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")
 

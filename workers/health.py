@@ -53,8 +53,8 @@ from redis import exceptions as redis_exc
 from signals.core.codec import encode_json
 from signals.streams.client import Client, lua, now_iso
 from signals.streams.keys import GROUP, Keys
+from workers.counters import METRICS, Layout, WorkerMetrics
 from workers.faults import is_whole_server
-from workers.metrics import METRICS, Layout, WorkerMetrics
 
 __all__ = ("READY_TEXT", "WORKER_SCRIPTS", "Board", "Monitor", "check_heartbeat", "heartbeat_instance",
            "liveness_bound", "ready_max_age")

@@ -45,10 +45,10 @@ from redis import exceptions as redis_exc
 
 from signals.errors import WmSignalsError
 from workers.consumer import default_consumer_name
+from workers.counters import Layout
 from workers.embedded import RedisServer
 from workers.health import Board, Monitor, check_heartbeat, heartbeat_instance, liveness_bound, ready_max_age
 from workers.logging import configure_logging
-from workers.metrics import Layout
 from workers.ops_server import OpsServer
 from workers.runtime import open_client, run, tune_gc
 from workers.settings import Settings

@@ -104,6 +104,13 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _heartbeat_outlives_a_tick(self) -> Settings:
+        if self.heartbeat_ttl_s <= self.health_interval_s:
+            raise ValueError(f"heartbeat_ttl_s ({self.heartbeat_ttl_s}) must exceed health_interval_s "
+                             f"({self.health_interval_s}): the heartbeat would expire between two writes")
+        return self
+
+    @model_validator(mode="after")
     def _processes_fit(self) -> Settings:
         if isinstance(self.processes, int) and not 1 <= self.processes <= self.partitions:
             raise ValueError(f"processes must be between 1 and the partition count ({self.partitions}): "

@@ -38,9 +38,9 @@ from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.namespace import check_namespace
 from workers.consumer import Consumer, RawEntry
+from workers.counters import METRICS
 from workers.faults import is_whole_server
 from workers.maintenance import trim_write_streams
-from workers.metrics import METRICS
 from workers.settings import Settings
 
 __all__ = ("run_worker",)

@@ -116,6 +116,8 @@ def test_processes_setting() -> None:
         Settings(processes=0)
     with pytest.raises(ValueError, match="metrics_port"):
         Settings(metrics_port=70_000)
+    with pytest.raises(ValueError, match="must exceed health_interval_s"):
+        Settings(heartbeat_ttl_s=1, health_interval_s=2)
 
 
 @pytest.mark.parametrize(("flags", "named"), [
