@@ -126,24 +126,23 @@ def run_processes(settings: Settings, count: int) -> int:
     def on_signal(signum: int, _frame: object) -> None:
         stopping.append(signum)
 
+    running = [False] * count
+    server = _ops_server(settings, board, running)  # first: a port in use stops us before any child starts
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     children = [ctx.Process(target=_child, args=(settings, f"{base}-{i}", board, (i, count), os.getpid()),
                             name=f"wm-signals-worker-{i}") for i in range(count)]
-    running = [False] * count
-    for i, child in enumerate(children):
-        child.start()
-        running[i] = True
-    log.info("worker.processes_started", processes=count, consumers=[f"{base}-{i}" for i in range(count)])
-    server = None
     try:
-        server = _ops_server(settings, board, running)
+        for i, child in enumerate(children):
+            child.start()
+            running[i] = True
+        log.info("worker.processes_started", processes=count, consumers=[f"{base}-{i}" for i in range(count)])
         code = _watch(children, running, stopping)
         if stopping:
             log.info("worker.stopping", signal=signal.Signals(stopping[0]).name, processes=count)
         code = max(code, _stop_children(children, running, settings.grace_s + KILL_AFTER_S))
     finally:
         for child in children:
-            if child.exitcode is None:
+            if child.pid is not None and child.exitcode is None:
                 child.kill()
                 child.join()
         if server is not None:
