@@ -4,7 +4,7 @@ What it does: a :class:`Board` is shared memory with one slot per worker process
 for a plain worker, N under ``--processes N``): the monitor task of each process
 (:class:`Monitor`, beside the worker's maintenance) writes into its slot, once every
 ``health_interval_s``, the progress time of its read loops, the outcome of its readiness
-check and its metrics vector (:mod:`workers.metrics`). The HTTP endpoint
+check and its metrics vector (:mod:`workers.counters`). The HTTP endpoint
 (:mod:`workers.ops_server`) only reads the board, never Redis, so a scrape or a probe
 never waits on Redis or on the event loop.
 
@@ -18,7 +18,7 @@ a worker stuck longer than that (a hung connection, a wedged event loop: then th
 monitor stops writing its slot too) is dead.
 
 Readiness (``/readyz``): the last check of every process, at most
-``3 x health_interval_s`` old, found Redis answering, the consumer group on every
+``3 x health_interval_s + 5 s`` old (:func:`ready_max_age`), found Redis answering, the consumer group on every
 partition's write stream and the worker's Lua scripts in the script cache (a check
 that finds them missing, after a Redis restart or ``SCRIPT FLUSH``, loads them).
 
