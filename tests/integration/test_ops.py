@@ -42,8 +42,8 @@ def _cli(url: str, keys: Keys, *args: str) -> list[str]:
             "--partitions", str(keys.partitions), *args]
 
 
-def _spawn(url: str, keys: Keys, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **FAST, "WM_SIGNALS_LOG_FORMAT": "json", "WM_SIGNALS_LOG_LEVEL": "info"}
+def _spawn(url: str, keys: Keys, *args: str, **extra: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **FAST, "WM_SIGNALS_LOG_FORMAT": "json", "WM_SIGNALS_LOG_LEVEL": "info", **extra}
     log = tempfile.NamedTemporaryFile(prefix="wm-ops-", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen(_cli(url, keys, *args), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
     log.close()
@@ -141,10 +141,11 @@ async def test_processes_2_metrics_count_what_was_written_and_lag_follows_a_paus
     """Two consumer processes behind one endpoint: the scraped counters equal what the
     test wrote (events by outcome, signals by mode, dedup skips); lag rises on the
     partitions of a child paused with SIGSTOP (the other child's monitor reads it) and
-    falls to zero after SIGCONT; both consumers are in the group; SIGTERM stops all."""
+    /livez names the stuck process (bound 2 s here), both back after SIGCONT; both
+    consumers are in the group; SIGTERM stops all."""
     name = "ops-" + uuid.uuid4().hex[:6]
     proc = _spawn(redis_server.url, keys, "--processes", "2", "--metrics-port", str(worker_port),
-                  "--consumer-name", name, "--batch", "10")
+                  "--consumer-name", name, "--batch", "10", WM_SIGNALS_LIVENESS_S="2")
     try:
         await _ready(proc, worker_port)
         store = WorkingMemoryStore(redis, keys=keys)
@@ -189,8 +190,14 @@ async def test_processes_2_metrics_count_what_was_written_and_lag_follows_a_paus
                 return any(lag[p] + lag[p + 2] > 0 and lag[1 - p] == lag[3 - p] == pending[1 - p] == pending[3 - p] == 0
                            for p in (0, 1))
             await _until("lag on the paused child's partitions only", lagging)
+
+            async def not_live() -> str | None:
+                status, body = await _http(worker_port, "/livez")
+                return body if status == 503 else None
+            assert "no read loop progress" in await _until("/livez names the stuck process", not_live)
         finally:
             os.kill(paused, signal.SIGCONT)
+        await _until("/livez again", lambda: _status(worker_port, "/livez", 200))
 
         async def drained() -> bool:
             m = await _metrics(worker_port)
@@ -252,6 +259,10 @@ async def test_readyz_follows_redis_and_check_follows_the_worker(tmp_path: Path,
             proc.kill()
             proc.wait()
         server.stop()
+
+
+async def _status(port: int, path: str, status: int) -> bool:
+    return (await _http(port, path))[0] == status
 
 
 async def _reconnected(port: int) -> bool:
