@@ -19,6 +19,7 @@ from bench import (
     bench_delta,
     bench_latency,
     bench_memory,
+    bench_ops,
     bench_rss,
     bench_tokens,
     bench_verify,
@@ -105,6 +106,9 @@ def main() -> None:
     out()
     out(f"Signals: {w['signals']:,} ({w['deltas']:,} deltas, {w['snapshots']:,} snapshots), "
         f"{w['skipped']:,} dedup skips. Targets: >= 25,000 events/s and >= 0.7x the minimal loop.")
+    out()
+    for line in bench_ops.table(bench_ops.run(2_000 if q else 60_000, 100 if q else 1_000, 1 if q else 3)):
+        out(line)
     out()
     out("## Write -> subscriber latency (one worker, one Redis), beside the minimal loop's")
     out()

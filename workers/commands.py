@@ -22,9 +22,8 @@ from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Scope
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.store import WorkingMemoryStore
-from workers.consumer import default_consumer_name
 from workers.logging import configure_logging
-from workers.runtime import open_client, resolve_redis, run, tune_gc
+from workers.runtime import open_client, resolve_redis, run
 from workers.settings import Settings
 
 __all__ = (
@@ -131,15 +130,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     configure_logging(settings.log_format, settings.log_level)
 
-    async def main() -> int:
-        from workers.supervisor import run_worker  # noqa: PLC0415 - keeps CLI start-up light
+    from workers.processes import run_check, run_worker_command  # noqa: PLC0415 - keeps CLI start-up light
 
-        tune_gc()
-        async with open_client(settings) as redis:
-            await run_worker(redis, settings, name=settings.consumer_name or default_consumer_name())
-        return 0
-
-    return run_async(main)
+    return run_check(settings) if args.check else run_worker_command(settings)
 
 
 def _cmd_write(args: argparse.Namespace) -> int:
@@ -301,6 +294,16 @@ def register(sub: Any) -> None:
     worker.add_argument("--batch", type=int, help="entries per read")
     worker.add_argument("--consumer-name", help="consumer name (default host-pid)")
     worker.add_argument("--grace-s", type=float, help="seconds in-flight work gets on shutdown")
+    worker.add_argument("--metrics-port", type=int, metavar="N",
+                        help="serve /metrics, /livez, /readyz on this port (default: $WM_SIGNALS_METRICS_PORT, off)")
+    worker.add_argument("--metrics-addr", metavar="ADDR",
+                        help="address to serve them on (default: $WM_SIGNALS_METRICS_ADDR, else 127.0.0.1)")
+    worker.add_argument("--processes", metavar="N|auto",
+                        help="consumer processes under one supervisor, auto: one per core "
+                             "(default: $WM_SIGNALS_PROCESSES, else 1)")
+    worker.add_argument("--check", action="store_true",
+                        help="probe: exit 0 when the worker's heartbeat (--consumer-name, else this host's) "
+                             "is fresh in Redis, else 1")
     worker.set_defaults(handler=_cmd_worker)
 
     demo = sub.add_parser("demo", help="run the whole pipeline, scripted, and print what the model sees")

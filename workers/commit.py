@@ -46,6 +46,15 @@ class BatchStats:
     dead_letters: int = 0
     conflicts: int = 0
     repairs: int = 0
+    # what became of each event (the metrics' outcomes): its own signal, an unchanged
+    # cacheKey, already covered by the processed version, covered by the document's
+    # version signalled instead (catch-up, repair); a failure to be retried
+    signalled: int = 0
+    deduplicated: int = 0
+    superseded: int = 0
+    caught_up: int = 0
+    retried: int = 0
+    dedup_skips: int = 0  # signals not emitted for an unchanged cacheKey (events and catch-ups)
 
     def add(self, other: BatchStats) -> None:
         """Accumulate another batch's counters."""
@@ -127,10 +136,15 @@ def plan_lane(
         commit.acks.append(pending.entry_id)
         if forced or pending.entry_id not in genuine or event.version <= tracking.write_version:
             commit.stats.skipped += 1
+            commit.stats.superseded += event.version <= tracking.write_version
+            commit.stats.caught_up += event.version > tracking.write_version
             continue
         before = len(commit.signals)  # an event on the chain carries its version's text
         tracking = _emit(commit, tracking, event, pending.entry_id, options=options, now=now, signer=signer)
-        commit.stats.skipped += len(commit.signals) == before  # unchanged cacheKey: deduplicated
+        emitted = len(commit.signals) > before
+        commit.stats.skipped += not emitted  # unchanged cacheKey: deduplicated
+        commit.stats.deduplicated += not emitted
+        commit.stats.signalled += emitted
     if catch_up and (forced or tracking.write_version < doc.version):
         if doc.data is None:
             return None
@@ -152,6 +166,7 @@ def _emit(
     final, signal = advance(tracking, event, options, now=now)
     final = msgspec.structs.replace(final, tail=tracking.tail, write_event=event_id)
     if signal is None:
+        commit.stats.dedup_skips += 1
         return final
     payload = encode_json(signal)
     snapshot = signal.mode == "snapshot"

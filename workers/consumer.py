@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections import defaultdict
 from collections.abc import Set
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from signals.streams.client import Client, lua, now_iso
 from signals.streams.keys import GROUP, Keys, validate_id
 from workers.cache import TrackingCache
 from workers.commit import BatchStats, LaneCommit, plan_lane, run_commits
+from workers.counters import METRICS
 from workers.faults import is_whole_server
 from workers.lane_state import LaneState, Pending, load_documents, read_lanes, walk_chains
 
@@ -70,6 +72,10 @@ class ConsumerOptions:
     max_attempts: int = 3
     dead_letter_maxlen: int = 100_000
     tracking_cache: int = 20_000
+    #: ``(index, count)``: read the partitions ``p`` with ``p % count == index`` (the
+    #: processes of ``worker --processes N`` split the partitions, so that no two of them
+    #: commit one lane at once); every partition by default.
+    shard: tuple[int, int] = (0, 1)
 
 
 _Plan = tuple[LaneCommit, list[tuple[Pending, str]]] | None | Literal[False]
@@ -127,7 +133,8 @@ class Consumer:
     def stream_groups(self) -> list[list[str]]:
         """The partition streams one XREADGROUP may read together: all of them on one
         server, one each on a Redis Cluster (a command's keys must share a slot there)."""
-        streams = list(self.keys.all_writes())
+        index, count = self.options.shard
+        streams = [s for p, s in enumerate(self.keys.all_writes()) if p % count == index]
         if isinstance(self.redis, RedisCluster):
             return [[stream] for stream in streams]
         return [streams]
@@ -192,6 +199,7 @@ class Consumer:
                 start, claimed = reply[0], reply[1]
                 if claimed:
                     log.info("worker.reclaimed", stream=stream, count=len(claimed))
+                    METRICS.add("reclaimed_entries", len(claimed))
                     total.add(await self.process([(stream, eid, f) for eid, f in claimed]))
                 if start in ("0-0", "0"):
                     break
@@ -211,6 +219,7 @@ class Consumer:
 
     async def process(self, raw: list[RawEntry], *, prefetch: _Prefetch | None = None) -> BatchStats:
         """Process entries: decode, dead-letter poison, compute and commit the rest."""
+        started = time.perf_counter()
         stats = BatchStats(events=len(raw))
         entries: list[Pending] = []
         for stream, entry_id, fields in raw:
@@ -234,6 +243,7 @@ class Consumer:
         else:
             log.warning("worker.contention", lanes_left=len({e.event.lane for e in entries}))
         self.stats.add(stats)
+        METRICS.record_batch(stats, time.perf_counter() - started)
         return stats
 
     def _decode(self, fields: dict[str, str], partition: int) -> tuple[WriteEvent, str | None]:
@@ -353,6 +363,7 @@ class Consumer:
         """Apply one lane's commit status; returns its entries when it must be recomputed."""
         if status[0] == "ok":
             stats.add(c.stats)
+            METRICS.committed(c.entries, time.time())
             self._cache.remember(c.lane, msgspec.structs.replace(c.final, tail=status[1]))
             known = self._known.get(c.lane)
             if known is not None:  # processed: no longer needed to place later events
@@ -386,6 +397,8 @@ class Consumer:
                 entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)},
                 f"failed {attempts} times: {type(error).__name__}: {_text(error)}", attempts):
             stats.dead_letters += 1
+        elif attempts < self.options.max_attempts:
+            stats.retried += 1
 
     async def _dead_letter(
         self, partition: int, entry_id: str, fields: dict[str, str], error: str, attempts: int
@@ -407,6 +420,7 @@ class Consumer:
                       error=_text(e))
             return False
         log.warning("worker.dead_lettered", partition=partition, entry_id=entry_id, error=error)
+        METRICS.dead_lettered(error)
         return True
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
@@ -44,6 +46,13 @@ class Settings(BaseSettings):
     Retention (see :mod:`workers.retention`): ``retain_signals`` signals at least per lane
     and, with ``retain_age`` (``90s``, ``12h``, ``7d``, seconds, or ISO 8601), everything
     younger; ``keep_snapshots`` (chains) is deprecated and maps to ``retain_signals``.
+    Operations (see :mod:`workers.health`, :mod:`workers.processes`): ``metrics_port``
+    serves ``/metrics``, ``/livez`` and ``/readyz`` on ``metrics_addr`` (off by default;
+    loopback unless told, containers pass ``0.0.0.0``); ``processes`` consumer processes
+    (``auto``: one per core, at most one per partition) under one supervisor;
+    ``health_interval_s`` paces the monitor task (readiness, gauges, heartbeat),
+    ``heartbeat_ttl_s`` is the heartbeat's TTL, ``liveness_s`` the liveness bound (at
+    least 3 x ``block_ms``).
 
     Every text setting must be valid UTF-8 (an environment variable holding other bytes is
     refused, not passed on with escapes).
@@ -80,6 +89,12 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # the compact policy's size test counts with it: bytes4, or cl100k (the tokens extra)
     token_counter: CounterName = "bytes4"  # noqa: S105 - a counter's name, not a secret
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_addr: str = "127.0.0.1"
+    processes: int | Literal["auto"] = 1
+    health_interval_s: float = Field(1.0, gt=0, le=60)
+    heartbeat_ttl_s: float = Field(10.0, gt=0)
+    liveness_s: float = Field(30.0, gt=0)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -100,6 +115,29 @@ class Settings(BaseSettings):
         except MissingDependencyError as e:
             raise ValueError(str(e)) from e
         return value
+
+    @field_validator("metrics_addr")
+    @classmethod
+    def _ip_address(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError as e:
+            raise ValueError(f"{value!r} is not an IP address (e.g. 127.0.0.1, 0.0.0.0 or ::)") from e
+        return value
+
+    @model_validator(mode="after")
+    def _heartbeat_outlives_a_tick(self) -> Settings:
+        if self.heartbeat_ttl_s <= self.health_interval_s:
+            raise ValueError(f"heartbeat_ttl_s ({self.heartbeat_ttl_s}) must exceed health_interval_s "
+                             f"({self.health_interval_s}): the heartbeat would expire between two writes")
+        return self
+
+    @model_validator(mode="after")
+    def _processes_fit(self) -> Settings:
+        if isinstance(self.processes, int) and not 1 <= self.processes <= self.partitions:
+            raise ValueError(f"processes must be between 1 and the partition count ({self.partitions}): "
+                             "each process reads its own partitions")
+        return self
 
     @model_validator(mode="after")
     def _cluster_needs_url(self) -> Settings:
@@ -165,6 +203,13 @@ class Settings(BaseSettings):
     def signing_key_bytes(self) -> bytes | None:
         """The signal signing key as bytes (its UTF-8 text), or ``None`` when signing is off."""
         return None if self.signing_key is None else self.signing_key.get_secret_value().encode("utf-8")
+
+    def process_count(self) -> int:
+        """How many consumer processes to run: ``processes``, ``auto`` being one per core
+        (at most one per partition)."""
+        if self.processes == "auto":
+            return max(1, min(os.cpu_count() or 1, self.partitions))
+        return self.processes
 
     def consumer_options(self) -> ConsumerOptions:
         """The consumer's options."""

@@ -23,6 +23,7 @@ uncommitted batch stays pending and is reprocessed by the next worker: no loss).
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 
@@ -37,6 +38,7 @@ from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.namespace import check_namespace
 from workers.consumer import Consumer, RawEntry
+from workers.counters import METRICS
 from workers.faults import is_whole_server
 from workers.maintenance import trim_write_streams
 from workers.settings import Settings
@@ -57,6 +59,7 @@ async def _wait(backoff: Backoff, error: BaseException) -> None:
 
 async def _retrying(backoff: Backoff, stop: anyio.Event, fn: object) -> None:
     while not stop.is_set():
+        METRICS.mark("start")  # waiting for Redis at start-up is progress, not a hang
         try:
             await fn()  # type: ignore[operator]
         except redis_exc.RedisError as e:
@@ -75,13 +78,17 @@ async def run_worker(
     name: str,
     stop: anyio.Event | None = None,
     handle_signals: bool = True,
+    shard: tuple[int, int] = (0, 1),
     task_status: TaskStatus[Consumer] = anyio.TASK_STATUS_IGNORED,
 ) -> Consumer:
-    """Run a worker until ``stop`` is set (or SIGTERM/SIGINT); returns its consumer."""
+    """Run a worker until ``stop`` is set (or SIGTERM/SIGINT); returns its consumer.
+
+    ``shard`` is ``(index, count)`` of ``worker --processes`` (see ``ConsumerOptions.shard``).
+    """
     stop = stop or anyio.Event()
     key = settings.signing_key_bytes()
-    consumer = Consumer(redis, settings.keys(), settings.consumer_options(), name,
-                        signer=Signer(key) if key else None)
+    options = dataclasses.replace(settings.consumer_options(), shard=shard)
+    consumer = Consumer(redis, settings.keys(), options, name, signer=Signer(key) if key else None)
     backoff = Backoff(settings.reconnect_timeout_s)
     await _retrying(backoff, stop, lambda: check_namespace(redis, consumer.keys))
     await _retrying(backoff, stop, consumer.ensure_groups)
@@ -93,10 +100,15 @@ async def run_worker(
         tg.start_soon(_maintenance, consumer, stop, settings.maintenance_interval_s)
         task_status.started(consumer)
         log.info("worker.ready", consumer=name)
-        async with anyio.create_task_group() as readers:
-            for streams in consumer.stream_groups():
-                readers.start_soon(_read_loop, consumer, streams, stop,
-                                   Backoff(settings.reconnect_timeout_s))
+        METRICS.up = 1
+        METRICS.unmark("start")
+        try:
+            async with anyio.create_task_group() as readers:
+                for streams in consumer.stream_groups():
+                    readers.start_soon(_read_loop, consumer, streams, stop,
+                                       Backoff(settings.reconnect_timeout_s))
+        finally:
+            METRICS.up = 0
         tg.cancel_scope.cancel()
     s = consumer.stats
     log.info("worker.stopped", consumer=name, events=s.events, signals=s.signals,
@@ -115,7 +127,9 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
     drain = True
     ahead: list[RawEntry] = []
     active, checked = streams, time.monotonic()
+    lost, loop = False, object()  # Redis lost (its return is a reconnect); this loop's progress mark
     while not stop.is_set() or ahead:
+        METRICS.mark(loop)  # liveness (workers.health): a read returned, timed out, or a back-off ended
         try:
             if active is not streams and time.monotonic() - checked > consumer.options.claim_idle_ms / 1000:
                 active, checked = await consumer.readable(streams), time.monotonic()
@@ -128,6 +142,8 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
             if raw:
                 ahead = await consumer.process_and_read(raw, None if stop.is_set() else active)
             backoff.ok()
+            METRICS.add("reconnects", lost)
+            lost = False
         except GroupMissingError as e:  # a write stream deleted under us: its group goes with it
             ahead, drain = [], True
             log.warning("worker.group_recreated", error=str(e))
@@ -136,6 +152,7 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
             ahead = []  # read but unprocessed: still pending, drain_pending reads them again
             drain = True
             if is_whole_server(e):
+                lost = True
                 await _wait(backoff, e)
             elif "WRONGTYPE" in str(e) or "UNBLOCKED" in str(e):  # a write stream retyped or deleted
                 active, checked = await consumer.readable(streams), time.monotonic()
@@ -143,6 +160,7 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
                     await _wait(backoff, e)
             else:
                 raise
+    METRICS.unmark(loop)
 
 
 async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -> None:

@@ -44,7 +44,7 @@ Access = Literal["R", "RW"]
 
 #: Key kinds in rendering order (the order of :class:`~signals.streams.keys.Keys`).
 KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv", "writes", "dlq", "fails", "lanes", "docs",
-         "config")
+         "config", "hb")
 
 #: What every user may run: connect (redis-py sends AUTH, or HELLO with RESP3; SETNAME
 #: and SELECT when configured), ping, and read server info. redis-py also sends
@@ -157,6 +157,9 @@ _WORKER = Role(("commit", "chain", "dead_letter"), {
     "fails": RW("hincrby"),
     # the namespace's partition count: recorded once, then checked
     "config": RW("hsetnx", "hget"),
+    # the monitor task: the dead-letter length gauge, the heartbeat (worker --check reads it)
+    "dlq": R("xlen"),
+    "hb": RW("set", "del", "get", "pttl"),
 })
 
 _WRITER = Role(("write", "thread"), {
@@ -188,6 +191,7 @@ _OPERATOR = Role(("requeue",), {
     "dlv": R("xrange", "xrevrange", "xlen"),
     "fails": R("hget", "hlen"),
     "config": R("hget"),
+    "hb": R("get", "pttl"),  # worker --check, as a probe
 })
 
 #: An autoscaler reading the consumer group's lag (KEDA's ``redis-streams`` trigger in lag

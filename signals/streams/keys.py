@@ -137,17 +137,28 @@ class Keys:
         """
         return f"{self.namespace}:config"
 
+    def heartbeat(self, instance: str) -> str:
+        """String with a TTL: a live worker's heartbeat (host, pid, time), refreshed by its
+        monitor task each ``health_interval_s`` and read by ``wm-signals worker --check``.
+
+        ``instance`` is the worker's consumer name when configured, else its host name.
+        Outside every partition's hash tag: one small key per worker instance.
+        """
+        return f"{self.namespace}:hb:{instance}"
+
     def pattern(self, kind: str) -> str:
         """The ACL glob matching every key of one ``kind`` in the namespace.
 
         Kinds: the per-lane ``doc``, ``trk``, ``sig``, ``snaps``, ``idem``, ``thread``,
         ``dlv``, and the per-partition ``writes``, ``dlq``, ``fails``, ``lanes``, ``docs``; ``config``
-        is the one namespace key. Ids never contain braces (see :func:`validate_id`), so
+        is the one namespace key, ``hb`` the workers' heartbeats. Ids never contain braces (see :func:`validate_id`), so
         the single ``}`` of a key closes its partition tag and ``{p*}`` cannot run into
         the rest of the key: ``wm:{p*}:sig:*`` matches signal streams and nothing else.
         """
         if kind == "config":
             return self.config()
+        if kind == "hb":
+            return f"{self.namespace}:hb:*"
         if kind in _LANE_KINDS:
             return f"{self.namespace}:{{p*}}:{kind}:*"
         if kind in _PARTITION_KINDS:

@@ -8,8 +8,7 @@ test's server on a free loopback port; listening addresses are 127.0.0.1 (tests 
 anything else), metrics ports are free ones; ``wm-signals`` is ``python -m workers``. Compose's
 ``${VAR:-default}`` interpolation is done with an empty environment: the dev defaults.
 
-The worker healthcheck (``worker --check``) and the metrics endpoint come with h2-metrics'
-branch: those sub-checks (and only those) are xfail until it is merged.
+The worker healthcheck (``worker --check``) and the metrics endpoint are run as well.
 """
 
 from __future__ import annotations
@@ -45,8 +44,6 @@ DEPLOY = ROOT / "deploy"
 COMPOSE: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
 KEYS = Keys("wm", 16)
-NEEDS_H2 = pytest.mark.xfail(strict=False, reason="needs h2-metrics' worker --check, merged separately")
-NEEDS_H2_METRICS = pytest.mark.xfail(strict=False, reason="needs h2-metrics' --metrics-port, merged separately")
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$")
 
 
@@ -240,7 +237,6 @@ def test_redis_service_healthcheck(stack: Stack) -> None:
     assert "NOAUTH" in proc.stdout + proc.stderr
 
 
-@NEEDS_H2
 def test_worker_healthcheck_fails_without_a_worker(stack: Stack) -> None:
     """Before any worker ran, the workers' healthcheck exits 1 with one line saying why."""
     proc = stack.healthcheck("worker-1")
@@ -266,14 +262,12 @@ async def test_worker_services_start_and_consume(stack: Stack, workers: dict[str
     await writer.aclose()
 
 
-@NEEDS_H2
 def test_worker_healthcheck_passes_with_live_workers(stack: Stack, workers: dict[str, subprocess.Popen[bytes]]) -> None:
     """With the workers running, the workers' healthcheck exits 0."""
     proc = stack.healthcheck("worker-2")
     assert proc.returncode == 0, proc.stderr
 
 
-@NEEDS_H2_METRICS
 @pytest.mark.parametrize("path", ["/livez", "/readyz", "/metrics"])
 def test_worker_metrics_endpoint(stack: Stack, workers: dict[str, subprocess.Popen[bytes]], path: str) -> None:
     """Each worker serves its health and metrics on the port the compose file gives it."""

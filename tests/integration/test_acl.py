@@ -53,6 +53,7 @@ SAMPLE = {
     "snaps": KEYS.snapshots("r:x"), "idem": KEYS.idempotency("r:x", "k"), "thread": KEYS.thread("t1"),
     "dlv": KEYS.deliveries("t1"), "writes": KEYS.writes(0), "dlq": KEYS.dead_letters(0),
     "fails": KEYS.failures(0), "lanes": KEYS.lanes(0), "docs": KEYS.documents(0), "config": KEYS.config(),
+    "hb": KEYS.heartbeat("host-1"),
 }
 
 
@@ -118,7 +119,7 @@ def test_file_holds_hashes_and_namespace_patterns_only() -> None:
 def test_the_table_names_every_key_kind_and_only_those() -> None:
     """KINDS are exactly the kinds of the key layout, and the table uses no other (a
     misspelt kind would otherwise render no selector at all)."""
-    assert set(KINDS) == {*keys_module._LANE_KINDS, *keys_module._PARTITION_KINDS, "config"}
+    assert set(KINDS) == {*keys_module._LANE_KINDS, *keys_module._PARTITION_KINDS, "config", "hb"}
     used = {kind for role in ROLES.values() for kind in grants_of(role)}
     used |= {kind for script in SCRIPTS.values() for kind in (*script.declares, *script.calls)}
     assert used <= set(KINDS), used - set(KINDS)

@@ -123,3 +123,24 @@ async def test_cli_worker_write_and_get_with_cluster_flag(cluster: LocalCluster,
     history = await check_lane(client, ckeys, "r:grace")
     assert [s.version for s in history] == [1, 2]
     assert history[-1].value == "# Grace\n- navy\n- COBOL"
+
+
+async def test_monitor_on_a_cluster(client: Client, ckeys: Keys) -> None:
+    """The worker's monitor (readiness, lag gauges, script cache, heartbeat) works across
+    the nodes: a pipeline of per-partition reads, SCRIPT EXISTS on every primary."""
+    from signals.streams.keys import GROUP  # noqa: PLC0415
+    from workers.health import Board, Monitor, check_heartbeat  # noqa: PLC0415
+    from workers.metrics import Layout, WorkerMetrics  # noqa: PLC0415
+
+    metrics = WorkerMetrics()
+    monitor = Monitor(client, ckeys, board=Board(1, Layout(ckeys.partitions)), slot=0, interval_s=1,
+                      heartbeat_ttl_s=5, bound_s=30, instance="node-a", metrics=metrics)
+    await monitor.tick()
+    assert monitor.ready == 4  # no consumer group yet
+    for stream in ckeys.all_writes():
+        await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    await client.xadd(ckeys.writes(3), {FIELD: "{}"})
+    await monitor.tick()
+    assert monitor.ready == 0
+    assert metrics.lag[3] == 1
+    assert await check_heartbeat(client, ckeys, "node-a") is None

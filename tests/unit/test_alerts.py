@@ -1,7 +1,6 @@
 """deploy/prometheus/alerts.yaml: a Prometheus rule file whose every metric is the worker's.
 
-The metric names are the metrics contract's (h2-metrics implements them); once
-``workers.metrics`` exists, they are also checked against the worker's registry.
+Every metric an alert names is checked against the worker's registry (``workers.metrics``).
 Prometheus's own ``promtool`` is not available here: the checks are the rule-file
 structure, balanced expressions, durations, and every identifier of every expression being
 a PromQL function or keyword, a label name in a grouping, or a contract metric.
@@ -15,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).parents[2]
@@ -149,14 +147,8 @@ def _registry_names(module: Any) -> set[str]:
 
 
 def test_every_contract_metric_is_in_the_worker_registry() -> None:
-    """Once h2-metrics' ``workers.metrics`` is merged: the worker registers every contract metric
-    (so every alert's metric exists)."""
-    try:
-        module = importlib.import_module("workers.metrics")
-    except ModuleNotFoundError as e:
-        if e.name != "workers.metrics":
-            raise
-        pytest.skip("workers.metrics is not in this branch yet (h2-metrics' branch, merged separately)")
+    """The worker registers every contract metric (so every alert's metric exists)."""
+    module = importlib.import_module("workers.metrics")
     registered = _registry_names(module)
     assert registered, "found no wm_signals_ metric in workers.metrics' registries: adapt _registry_names"
     assert _series_names() <= registered, _series_names() - registered
