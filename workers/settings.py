@@ -9,8 +9,11 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from signals.core.lane import LaneOptions
+from signals.errors import InvalidInputError
 from signals.streams.client import TLSOptions
+from signals.streams.durability import Durability
 from signals.streams.keys import Keys
+from signals.streams.sentinel import parse_sentinels
 from workers.consumer import ConsumerOptions
 
 __all__ = ("MIN_SIGNING_KEY_BYTES", "Settings")
@@ -35,6 +38,11 @@ class Settings(BaseSettings):
     whitespace ignored) is the key shared by workers and agent loops to authenticate signals;
     at least :data:`MIN_SIGNING_KEY_BYTES` bytes.
 
+    ``sentinel`` (``HOST:PORT,...``) with ``sentinel_master`` connects through Redis
+    Sentinel (see :mod:`workers.connection`); ``sentinel_username``/``sentinel_password``
+    authenticate on the sentinels. ``write_min_replicas`` N > 0 makes writes wait for N
+    replicas (``write_replica_timeout_ms``), see :mod:`signals.streams.durability`.
+
     Every text setting must be valid UTF-8 (an environment variable holding other bytes is
     refused, not passed on with escapes).
     """
@@ -43,6 +51,12 @@ class Settings(BaseSettings):
 
     redis_url: str | None = None
     cluster: bool = False
+    sentinel: str | None = None
+    sentinel_master: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: SecretStr | None = None
+    write_min_replicas: int = Field(0, ge=0, le=1000)
+    write_replica_timeout_ms: int = Field(1000, ge=1, le=600_000)
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
@@ -85,6 +99,23 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _sentinel_mode(self) -> Settings:
+        if (self.sentinel is None) != (self.sentinel_master is None):
+            raise ValueError("sentinel and sentinel_master go together (--sentinel HOST:PORT,... --sentinel-master "
+                             "NAME)")
+        if self.sentinel is None:
+            return self
+        if self.cluster:
+            raise ValueError("sentinel and cluster are two connection modes: give one")
+        try:
+            parse_sentinels(self.sentinel)
+        except InvalidInputError as e:
+            raise ValueError(str(e)) from e
+        if not self.sentinel_master or not self.sentinel_master.strip():
+            raise ValueError("sentinel_master must name the monitored master")
+        return self
+
+    @model_validator(mode="after")
     def _tls_needs_rediss(self) -> Settings:
         if self.tls() is not None and not (self.redis_url or "").startswith("rediss://"):
             shown = "none is configured" if not self.redis_url else "it is not rediss://"
@@ -119,6 +150,12 @@ class Settings(BaseSettings):
             return None
         return TLSOptions(ca_file=self.tls_ca_file, cert_file=self.tls_cert_file, key_file=self.tls_key_file,
                           insecure_skip_verify=self.tls_insecure_skip_verify)
+
+    def durability(self) -> Durability | None:
+        """The write durability setting, or ``None`` when writes take the master's word."""
+        if not self.write_min_replicas:
+            return None
+        return Durability(self.write_min_replicas, self.write_replica_timeout_ms)
 
     def signing_key_bytes(self) -> bytes | None:
         """The signal signing key as bytes (its UTF-8 text), or ``None`` when signing is off."""

@@ -1,0 +1,152 @@
+"""Redis Sentinel as a connection mode: a client that always talks to the current master.
+
+:func:`connect_sentinel` asks the sentinels for the master of a named service and keeps
+asking after every connection failure, through redis-py's asyncio Sentinel support
+(``Sentinel(...).master_for(...)``). What that does during a failover, checked against
+the installed redis-py (8.x) and ``tests/integration/test_failover.py``:
+
+* the master dies: commands in flight fail with ``redis.exceptions.ConnectionError``;
+  every new connection first asks the sentinels for the master's address, so until they
+  promote a replica a command fails fast with ``ConnectionError`` (connection refused at
+  the old address) or ``MasterNotFoundError`` (a ``ConnectionError`` subclass: no sentinel
+  reports a master that is up). After the promotion the next connection reaches the new
+  master; idle connections to the old address are closed when the address changes.
+* the old master comes back as a replica, or a connection still points at a demoted
+  master: its ``READONLY`` reply is turned by the connection into ``ConnectionError``
+  ("The previous master is now a slave") and the connection is dropped, so the next
+  command asks the sentinels again. A ``READONLY`` that reaches the caller some other way
+  is :class:`~signals.streams.client.RedisReadOnlyError` (a ``RedisBusyError``).
+
+So every failover condition is a ``ConnectionError`` or a ``READONLY``, which the worker,
+the writers' callers and :class:`~signals.streams.subscribe.Subscription` already treat as
+whole-server and transient (back off and retry; see ``workers.faults``). The client makes
+no retries of its own: a failed command raises at once, and the caller's backoff decides.
+
+Credentials: the data nodes (master and replicas) and the sentinels authenticate
+separately: ``username``/``password`` for the data nodes, ``sentinel_username``/
+``sentinel_password`` for the sentinels (which often have their own ``requirepass``, or
+none). TLS (``tls``) applies to both: a deployment that serves Redis over TLS serves its
+sentinels over TLS too (``tls-port`` in ``sentinel.conf``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from redis.asyncio import Redis
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+
+from signals.errors import InvalidInputError
+from signals.streams.client import RESP_OPTIONS, TLSOptions, wrap_connection_class
+
+__all__ = ("SENTINEL_SOCKET_TIMEOUT_S", "SentinelClient", "connect_sentinel", "parse_sentinels")
+
+#: How long one question to one sentinel may take (connect, and the reply): a sentinel
+#: that hangs must not hold up the discovery, which moves on to the next sentinel.
+SENTINEL_SOCKET_TIMEOUT_S = 2.0
+
+
+class SentinelClient(Redis):
+    """A ``redis.asyncio.Redis`` on the master of a Sentinel service; closing it also
+    closes its connections to the sentinels."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        """Close the master's connection pool and the sentinels' clients."""
+        await super().aclose(close_connection_pool)
+        pool = cast(SentinelConnectionPool, self.connection_pool)
+        await cast(Sentinel, pool.sentinel_manager).aclose()
+
+
+def parse_sentinels(sentinels: str | Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Sentinel addresses from ``HOST:PORT[,HOST:PORT...]`` (``[::1]:26379`` for IPv6) or pairs.
+
+    Raises:
+        InvalidInputError: no address, an address without a port, or a port that is not
+            an integer in 1..65535.
+    """
+    items: list[tuple[object, object]] = []
+    if isinstance(sentinels, str):
+        for part in (p.strip() for p in sentinels.split(",")):
+            host, sep, port = part.rpartition(":")
+            if not part or not sep or not host:
+                raise InvalidInputError(f"sentinel address {part!r} is not HOST:PORT")
+            items.append((host.removeprefix("[").removesuffix("]"), port))
+    else:
+        items = [(pair[0], pair[1]) if isinstance(pair, tuple | list) and len(pair) == 2 else (pair, None)
+                 for pair in sentinels]
+    if not items:
+        raise InvalidInputError("no sentinel address given")
+    out: list[tuple[str, int]] = []
+    for host, port in items:
+        if not isinstance(host, str) or not host:
+            raise InvalidInputError(f"sentinel host {host!r} is not a host name or address")
+        number = 0
+        if isinstance(port, int) or (isinstance(port, str) and port.isascii() and port.isdigit()):
+            number = int(port)
+        if isinstance(port, bool) or not 1 <= number <= 65535:
+            raise InvalidInputError(f"sentinel {host}: port {port!r} is not an integer in 1..65535")
+        out.append((host, number))
+    return out
+
+
+def connect_sentinel(
+    sentinels: str | Sequence[tuple[str, int]],
+    master: str,
+    *,
+    username: str | None = None,
+    password: str | None = None,
+    db: int = 0,
+    tls: TLSOptions | None = None,
+    sentinel_username: str | None = None,
+    sentinel_password: str | None = None,
+    **kwargs: object,
+) -> SentinelClient:
+    """A redis.asyncio client on the current master of the Sentinel service ``master``.
+
+    The client speaks RESP2 with ``str`` replies like :func:`~signals.streams.client.connect`
+    (the same connection class: hiredis packing, busy replies raised as
+    :class:`~signals.errors.RedisBusyError`), with no socket timeout on the data nodes
+    (subscriptions block) and :data:`SENTINEL_SOCKET_TIMEOUT_S` on the sentinels. Nothing
+    connects before the first command. See the module docstring for failover behaviour.
+
+    Args:
+        sentinels: ``"HOST:PORT,HOST:PORT"`` or ``[(host, port), ...]``; list all of them
+            (discovery asks each in turn until one reports a master that is up).
+        master: the service name (``sentinel monitor <name> ...``).
+        username: ACL user on the data nodes (``None``: the default user).
+        password: its password on the data nodes.
+        db: the database number on the data nodes.
+        tls: TLS to the data nodes and the sentinels (``TLSOptions()``: TLS verified
+            against the system's trust store); ``None``: plain TCP.
+        sentinel_username: ACL user on the sentinels.
+        sentinel_password: password on the sentinels (``requirepass`` in sentinel.conf).
+        **kwargs: more redis-py connection options for the data nodes (not ``ssl*``).
+
+    Raises:
+        InvalidInputError: a malformed sentinel address, an empty service name, a ``db``
+            that is not a non-negative integer, ``ssl*`` keywords, an unusable TLS file.
+    """
+    addresses = parse_sentinels(sentinels)
+    if not isinstance(master, str) or not master.strip():
+        raise InvalidInputError("the sentinel master (service) name must be a non-empty string")
+    if isinstance(db, bool) or not isinstance(db, int) or db < 0:
+        raise InvalidInputError(f"the database number must be a non-negative integer, not {db!r}")
+    refused = sorted(k for k in kwargs if k.startswith("ssl"))
+    if refused:
+        raise InvalidInputError(f"pass TLS options as tls=TLSOptions(...), not {', '.join(refused)}")
+    tls_options: dict[str, Any] = {}
+    if tls is not None:
+        tls.check()
+        tls_options = {"ssl": True, **tls.redis_options()}
+    sentinel_options: dict[str, Any] = {
+        **RESP_OPTIONS, **tls_options, "username": sentinel_username, "password": sentinel_password,
+        "socket_timeout": SENTINEL_SOCKET_TIMEOUT_S, "socket_connect_timeout": SENTINEL_SOCKET_TIMEOUT_S,
+    }
+    node_options: dict[str, Any] = {**RESP_OPTIONS, **tls_options, "username": username, "password": password,
+                                    "db": db, **kwargs}
+    manager = Sentinel(addresses, sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    client = cast(SentinelClient, manager.master_for(master, redis_class=SentinelClient, **node_options))
+    pool = client.connection_pool
+    pool.connection_class = wrap_connection_class(pool)
+    return client

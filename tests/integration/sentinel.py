@@ -1,0 +1,147 @@
+"""A real Redis Sentinel deployment for tests: a master, two replicas and three sentinels on loopback.
+
+The sentinels run as ``redis-server <conf> --sentinel`` with generated ``sentinel.conf``
+files in a temporary directory (Sentinel rewrites its file, so each gets its own) and
+short timers (``down-after-milliseconds`` 1000, ``failover-timeout`` 3000), so that a
+SIGKILLed master is replaced within a few seconds. Each file names its sentinel's id and
+the other two (``known-sentinel``), which saves the seconds of hello messages they
+would otherwise need to find each other.
+
+Two replicas, not one: writes with a durability setting (``WAIT 1``) need a replica after
+the failover too. With a single replica the new master has none until the killed master
+comes back and a sentinel turns it into a replica, which Sentinel does only at its
+10-second INFO period; with two, the failover itself points the second replica at the
+new master.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from redis import Redis as SyncRedis
+from redis import exceptions as redis_exc
+
+from workers.embedded import RedisServer, find_redis_server, free_port
+
+__all__ = ("MASTER_NAME", "LocalSentinels")
+
+MASTER_NAME = "wm-master"
+
+
+def _ask(port: int, *command: object) -> object:
+    """One command to a server or sentinel on loopback (set-up runs outside any event loop)."""
+    with SyncRedis(port=port, decode_responses=True, socket_timeout=2) as client:
+        return client.execute_command(*command)
+
+
+def _master_port(sentinel_port: int) -> int:
+    return int(_ask(sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME)[1])  # type: ignore[index]
+
+
+class LocalSentinels:
+    """A master and two replicas (``redis-server``) watched by three sentinels (quorum 2)."""
+
+    def __init__(self, *, down_after_ms: int = 1000, failover_timeout_ms: int = 3000) -> None:
+        fast_sync = ["--repl-diskless-sync-delay", "0"]  # the default waits 5 s for more replicas
+        self.master = RedisServer(extra=fast_sync)
+        self.replicas = [RedisServer(extra=[*fast_sync, "--replicaof", "127.0.0.1", str(self.master.port)])
+                         for _ in range(2)]
+        self.ports = [free_port() for _ in range(3)]
+        self.ids = {port: secrets.token_hex(20) for port in self.ports}
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+        self._dir = tempfile.TemporaryDirectory(prefix="wm-sentinel-")
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def addresses(self) -> str:
+        """The ``--sentinel`` value: ``127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3``."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def _conf(self, port: int) -> Path:
+        path = Path(self._dir.name) / f"sentinel-{port}.conf"
+        path.write_text("\n".join([
+            f"port {port}", "bind 127.0.0.1", "daemonize no", f"dir {self._dir.name}",
+            f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.master.port} 2",
+            f"sentinel down-after-milliseconds {MASTER_NAME} {self.down_after_ms}",
+            f"sentinel failover-timeout {MASTER_NAME} {self.failover_timeout_ms}",
+            f"sentinel parallel-syncs {MASTER_NAME} 2", f"sentinel myid {self.ids[port]}",
+            *(f"sentinel known-sentinel {MASTER_NAME} 127.0.0.1 {other} {self.ids[other]}"
+              for other in self.ports if other != port), "",
+        ]))
+        return path
+
+    def start(self) -> LocalSentinels:
+        """Start master, replicas (waiting for their sync) and the sentinels (waiting until
+        each sees both replicas and the other two sentinels)."""
+        try:
+            self.master.start()
+            for replica in self.replicas:
+                replica.start()
+            for replica in self.replicas:
+                self._wait(lambda r=replica: _ask(r.port, "INFO", "replication")["master_link_status"] == "up",  # type: ignore[index,misc]
+                           "the replicas to sync")
+            binary = find_redis_server()
+            for port in self.ports:
+                self._procs.append(subprocess.Popen([binary, str(self._conf(port)), "--sentinel"],
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self._wait(self._sentinels_agree, "the sentinels to see the replica and each other")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _sentinels_agree(self) -> bool:
+        for port in self.ports:
+            state: dict[str, str] = _ask(port, "SENTINEL", "MASTER", MASTER_NAME)  # type: ignore[assignment]
+            if int(state["num-slaves"]) < len(self.replicas) or int(state["num-other-sentinels"]) < 2:
+                return False
+        return True
+
+    @staticmethod
+    def _wait(check: object, what: str, limit_s: float = 30.0) -> None:
+        deadline = time.monotonic() + limit_s
+        while True:
+            try:
+                if check():  # type: ignore[operator]
+                    return
+            except (OSError, ValueError, KeyError, redis_exc.RedisError) as e:  # not up yet
+                last: object = e
+            else:
+                last = "not yet"
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}: {last}")
+            time.sleep(0.05)
+
+    def master_port(self) -> int:
+        """The port of the master the sentinels report now."""
+        return _master_port(self.ports[0])
+
+    def wait_promoted(self, old_port: int, limit_s: float = 30.0) -> int:
+        """Wait until every sentinel reports a master other than ``old_port``; its port."""
+        def promoted() -> bool:
+            return all(_master_port(p) != old_port for p in self.ports)
+        self._wait(promoted, "the sentinels to promote a replica", limit_s)
+        return self.master_port()
+
+    def stop(self) -> None:
+        """Stop the sentinels, the servers, and remove the sentinels' files."""
+        for proc in self._procs:
+            proc.kill()
+            proc.wait()
+        self._procs = []
+        for server in (*self.replicas, self.master):
+            server.stop()
+        self._dir.cleanup()
+
+    def __enter__(self) -> LocalSentinels:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
