@@ -31,6 +31,7 @@ sentinels over TLS too (``tls-port`` in ``sentinel.conf``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -45,6 +46,29 @@ __all__ = ("SENTINEL_SOCKET_TIMEOUT_S", "SentinelClient", "connect_sentinel", "p
 #: How long one question to one sentinel may take (connect, and the reply): a sentinel
 #: that hangs must not hold up the discovery, which moves on to the next sentinel.
 SENTINEL_SOCKET_TIMEOUT_S = 2.0
+
+
+class _Sentinel(Sentinel):
+    """redis-py's Sentinel manager with master discovery serialised.
+
+    ``Sentinel.discover_master`` moves the sentinel that answered to the front of its list
+    with a swap across an ``await``; two discoveries at once (several tasks reconnecting
+    after a failover) can then write one sentinel's client over another's, so the list
+    holds one sentinel twice, the other's client is dropped with its connections open and
+    is never asked again (seen in redis-py 8.1 under the failover test). One discovery at
+    a time keeps the list a permutation; reconnecting tasks wait for each other's
+    discovery, which is one round trip per sentinel asked.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._discovering: asyncio.Lock | None = None
+
+    async def discover_master(self, service_name: str) -> Any:
+        if self._discovering is None:
+            self._discovering = asyncio.Lock()
+        async with self._discovering:
+            return await super().discover_master(service_name)
 
 
 class SentinelClient(Redis):
@@ -68,10 +92,10 @@ def parse_sentinels(sentinels: str | Sequence[tuple[str, int]]) -> list[tuple[st
     items: list[tuple[object, object]] = []
     if isinstance(sentinels, str):
         for part in (p.strip() for p in sentinels.split(",")):
-            host, sep, port = part.rpartition(":")
-            if not part or not sep or not host:
+            name, sep, number_text = part.rpartition(":")
+            if not part or not sep or not name:
                 raise InvalidInputError(f"sentinel address {part!r} is not HOST:PORT")
-            items.append((host.removeprefix("[").removesuffix("]"), port))
+            items.append((name.removeprefix("[").removesuffix("]"), number_text))
     else:
         items = [(pair[0], pair[1]) if isinstance(pair, tuple | list) and len(pair) == 2 else (pair, None)
                  for pair in sentinels]
@@ -145,7 +169,7 @@ def connect_sentinel(
     }
     node_options: dict[str, Any] = {**RESP_OPTIONS, **tls_options, "username": username, "password": password,
                                     "db": db, **kwargs}
-    manager = Sentinel(addresses, sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    manager = _Sentinel(addresses, sentinel_kwargs=sentinel_options)
     client = cast(SentinelClient, manager.master_for(master, redis_class=SentinelClient, **node_options))
     pool = client.connection_pool
     pool.connection_class = wrap_connection_class(pool)

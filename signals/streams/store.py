@@ -337,6 +337,11 @@ class WorkingMemoryStore:
             raise RedisUnavailableError(f"writing {ref.lane}: {e}") from e
         except redis_exc.OutOfMemoryError as e:
             raise RedisBusyError(f"writing {ref.lane}: Redis is out of memory: {e}") from e
+        except RedisBusyError:  # READONLY from a replica (this library's class already)
+            raise
+        except (redis_exc.ReadOnlyError, redis_exc.ClusterDownError, redis_exc.TryAgainError) as e:
+            # a failover under way: a demoted master, a cluster failing a node over
+            raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
         except redis_exc.ResponseError as e:  # WRONGTYPE and the like: a key of the lane is not ours
             raise CorruptDataError(f"writing {ref.lane}: {e}") from e
         return str(status), str(detail), acked

@@ -118,6 +118,11 @@ class LocalSentinels:
                 raise RuntimeError(f"timed out waiting for {what}: {last}")
             time.sleep(0.05)
 
+    def kill_sentinel(self, index: int) -> None:
+        """SIGKILL sentinel ``index`` (of :attr:`ports`)."""
+        self._procs[index].kill()
+        self._procs[index].wait()
+
     def master_port(self) -> int:
         """The port of the master the sentinels report now."""
         return _master_port(self.ports[0])
