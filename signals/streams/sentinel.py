@@ -61,7 +61,7 @@ class _Sentinel(Sentinel):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self._discovering: asyncio.Lock | None = None
 
     async def discover_master(self, service_name: str) -> Any:

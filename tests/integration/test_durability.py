@@ -1,0 +1,68 @@
+"""Durable writes (issue 13, scope 5): WAIT after the write script, on real servers.
+
+A lone server has no replica, so a write that needs one is stored but refused with
+DurabilityError (library) or exit 1 (CLI); once a replica follows, the retry with the same
+idempotency key returns the first write's version and waits for the replica again.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+
+from signals.errors import DurabilityError
+from signals.streams.client import connect
+from signals.streams.durability import Durability
+from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
+from workers.embedded import RedisServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+ROOT = Path(__file__).parents[2]
+
+
+async def test_unreplicated_write_is_stored_refused_and_safely_retried() -> None:
+    """No replica: DurabilityError naming the version; with one, the idempotent retry is
+    acknowledged (same version, no second write) and the replica holds the document."""
+    keys = Keys(namespace="d" + uuid.uuid4().hex[:8], partitions=2)
+    with RedisServer(extra=["--repl-diskless-sync-delay", "0"]) as primary:
+        client = connect(primary.url)
+        store = WorkingMemoryStore(client, keys=keys, durability=Durability(1, 50))
+        try:
+            with pytest.raises(DurabilityError, match="stored on the master but not yet replicated") as caught:
+                await store.replace("ada", "# Ada\n- likes tea", idempotency_key="k1")
+            assert (caught.value.version, caught.value.acked, caught.value.required) == (1, 0, 1)
+            doc = await store.get("ada")
+            assert doc is not None and doc.version == 1  # stored on the master
+            with RedisServer(extra=["--replicaof", "127.0.0.1", str(primary.port)]) as replica:
+                replica_client = connect(replica.url)
+                try:
+                    with anyio.fail_after(20):
+                        while (await replica_client.info("replication"))["master_link_status"] != "up":
+                            await anyio.sleep(0.05)
+                    retry = WorkingMemoryStore(client, keys=keys, durability=Durability(1, 2000))
+                    assert await retry.replace("ada", "# Ada\n- likes tea", idempotency_key="k1") == 1
+                    assert await replica_client.hget(keys.doc("r:ada"), "version") == "1"
+                    assert await retry.replace("ada", "# Ada\n- likes green tea") == 2  # a new write waits too
+                finally:
+                    await replica_client.aclose()
+        finally:
+            await client.aclose()
+
+
+def test_cli_write_with_min_replicas_on_a_lone_server_is_exit_1(redis_server: RedisServer) -> None:
+    """``write --min-replicas 1``: exit 1, one line saying the write may be lost on failover."""
+    namespace = "d" + uuid.uuid4().hex[:8]
+    done = subprocess.run(
+        [sys.executable, "-m", "workers", "write", "--redis-url", redis_server.url, "--namespace", namespace,
+         "--resource", "ada", "--markdown", "# Ada", "--min-replicas", "1", "--replica-timeout-ms", "20",
+         "--idempotency-key", "k1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "not yet replicated" in done.stderr
+    assert "lost on a failover" in done.stderr and "idempotency key" in done.stderr
