@@ -343,6 +343,8 @@ class WorkingMemoryStore:
             # a failover under way: a demoted master, a cluster failing a node over
             raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
         except redis_exc.ResponseError as e:  # WRONGTYPE and the like: a key of the lane is not ours
+            if str(e).startswith(("NOREPLICAS", "MASTERDOWN")):  # min-replicas-to-write, a replica cut off
+                raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
             raise CorruptDataError(f"writing {ref.lane}: {e}") from e
         return str(status), str(detail), acked
 

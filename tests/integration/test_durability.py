@@ -1,4 +1,5 @@
-"""Durable writes (issue 13, scope 5): WAIT after the write script, on real servers.
+"""Durable writes (issue 13, scope 5): WAIT after the write script, on real servers; and a
+master refusing writes for want of replicas (``min-replicas-to-write``) is transient.
 
 A lone server has no replica, so a write that needs one is stored but refused with
 DurabilityError (library) or exit 1 (CLI); once a replica follows, the retry with the same
@@ -10,17 +11,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from functools import partial
 from pathlib import Path
 
 import anyio
 import pytest
 
-from signals.errors import DurabilityError
+from signals.errors import DurabilityError, RedisBusyError
 from signals.streams.client import connect
 from signals.streams.durability import Durability
 from signals.streams.keys import Keys
+from signals.streams.progress import wait_caught_up
 from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import settings_for
 from workers.embedded import RedisServer
+from workers.supervisor import run_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ROOT = Path(__file__).parents[2]
@@ -66,3 +71,32 @@ def test_cli_write_with_min_replicas_on_a_lone_server_is_exit_1(redis_server: Re
     assert done.returncode == 1, done.stderr
     assert done.stderr.count("\n") == 1 and "not yet replicated" in done.stderr
     assert "lost on a failover" in done.stderr and "idempotency key" in done.stderr
+
+
+async def test_master_without_its_replicas_is_transient_for_writers_and_the_worker() -> None:
+    """``min-replicas-to-write`` on a master cut off from its replicas (a failover's old
+    side) answers NOREPLICAS to every write: the store raises RedisBusyError (not
+    CorruptDataError) and a worker starting then backs off (it used to exit on its first
+    XGROUP CREATE), then signals once writes are allowed again."""
+    keys = Keys(namespace="d" + uuid.uuid4().hex[:8], partitions=2)
+    with RedisServer() as server:
+        client, worker_client = connect(server.url), connect(server.url)
+        store = WorkingMemoryStore(client, keys=keys)
+        try:
+            await store.replace("ada", "# Ada\n- likes tea")
+            await client.config_set("min-replicas-to-write", 1)
+            with pytest.raises(RedisBusyError, match="NOREPLICAS"):
+                await store.replace("ada", "# Ada\n- likes coffee")
+            stop = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(partial(run_worker, worker_client, settings_for(server.url, keys), name="w0", stop=stop,
+                                      handle_signals=False))
+                await anyio.sleep(1.0)  # refused meanwhile: the worker retries
+                assert await client.exists(keys.signals("r:ada")) == 0
+                await client.config_set("min-replicas-to-write", 0)
+                await wait_caught_up(client, keys, limit_s=20)
+                stop.set()
+            assert await client.xlen(keys.signals("r:ada")) == 1
+        finally:
+            await client.aclose()
+            await worker_client.aclose()
