@@ -2,7 +2,8 @@
 
 :func:`connect_sentinel` asks the sentinels for the master of a named service and keeps
 asking after every connection failure, through redis-py's asyncio Sentinel support
-(``Sentinel(...).master_for(...)``). What that does during a failover, checked against
+(``Sentinel(...).master_for(...)``). A sentinel that does not answer is not retried: the
+next one is asked. What that does during a failover, checked against
 the installed redis-py (8.x) and ``tests/integration/test_failover.py``:
 
 * the master dies: commands in flight fail with ``redis.exceptions.ConnectionError``;
@@ -36,7 +37,9 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from redis.asyncio import Redis
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
 
 from signals.errors import InvalidInputError
 from signals.streams.client import RESP_OPTIONS, TLSOptions, wrap_connection_class
@@ -60,15 +63,23 @@ class _Sentinel(Sentinel):
     discovery, which is one round trip per sentinel asked.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+    def __init__(self, addresses: list[tuple[str, int]], **kwargs: Any) -> None:
+        super().__init__(addresses, **kwargs)  # type: ignore[no-untyped-call]
         self._discovering: asyncio.Lock | None = None
+        self._shown = ",".join(f"{host}:{port}" for host, port in addresses)
 
     async def discover_master(self, service_name: str) -> Any:
+        """The master's address; ``MasterNotFoundError`` (a ``ConnectionError``) naming the
+        service and the sentinels, without redis-py's client reprs, when none reports it up."""
         if self._discovering is None:
             self._discovering = asyncio.Lock()
         async with self._discovering:
-            return await super().discover_master(service_name)
+            try:
+                return await super().discover_master(service_name)
+            except MasterNotFoundError:
+                raise MasterNotFoundError(
+                    f"no sentinel of {self._shown} reports a master {service_name!r} that is up (the sentinels "
+                    "are unreachable or refuse us, or the master is down and not replaced yet)") from None
 
 
 class SentinelClient(Redis):
@@ -166,6 +177,9 @@ def connect_sentinel(
     sentinel_options: dict[str, Any] = {
         **RESP_OPTIONS, **tls_options, "username": sentinel_username, "password": sentinel_password,
         "socket_timeout": SENTINEL_SOCKET_TIMEOUT_S, "socket_connect_timeout": SENTINEL_SOCKET_TIMEOUT_S,
+        # no retries per sentinel (redis-py's default is 10, up to seconds on a dead one):
+        # asking the next sentinel is the retry
+        "retry": Retry(NoBackoff(), 0),
     }
     node_options: dict[str, Any] = {**RESP_OPTIONS, **tls_options, "username": username, "password": password,
                                     "db": db, **kwargs}

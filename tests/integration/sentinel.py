@@ -33,21 +33,27 @@ __all__ = ("MASTER_NAME", "LocalSentinels")
 MASTER_NAME = "wm-master"
 
 
-def _ask(port: int, *command: object) -> object:
+def _ask(port: int, *command: object, password: str | None = None) -> object:
     """One command to a server or sentinel on loopback (set-up runs outside any event loop)."""
-    with SyncRedis(port=port, decode_responses=True, socket_timeout=2) as client:
+    with SyncRedis(port=port, password=password, decode_responses=True, socket_timeout=2) as client:
         return client.execute_command(*command)
 
 
-def _master_port(sentinel_port: int) -> int:
-    return int(_ask(sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME)[1])  # type: ignore[index]
-
-
 class LocalSentinels:
-    """A master and two replicas (``redis-server``) watched by three sentinels (quorum 2)."""
+    """A master and two replicas (``redis-server``) watched by three sentinels (quorum 2).
 
-    def __init__(self, *, down_after_ms: int = 1000, failover_timeout_ms: int = 3000) -> None:
+    Args:
+        password: ``requirepass`` of the data nodes (replicas and sentinels authenticate with it).
+        sentinel_password: ``requirepass`` of the sentinels (they use it with each other too).
+    """
+
+    def __init__(self, *, down_after_ms: int = 1000, failover_timeout_ms: int = 3000, password: str | None = None,
+                 sentinel_password: str | None = None) -> None:
+        self.password = password
+        self.sentinel_password = sentinel_password
         fast_sync = ["--repl-diskless-sync-delay", "0"]  # the default waits 5 s for more replicas
+        if password:
+            fast_sync += ["--requirepass", password, "--masterauth", password]
         self.master = RedisServer(extra=fast_sync)
         self.replicas = [RedisServer(extra=[*fast_sync, "--replicaof", "127.0.0.1", str(self.master.port)])
                          for _ in range(2)]
@@ -72,7 +78,10 @@ class LocalSentinels:
             f"sentinel failover-timeout {MASTER_NAME} {self.failover_timeout_ms}",
             f"sentinel parallel-syncs {MASTER_NAME} 2", f"sentinel myid {self.ids[port]}",
             *(f"sentinel known-sentinel {MASTER_NAME} 127.0.0.1 {other} {self.ids[other]}"
-              for other in self.ports if other != port), "",
+              for other in self.ports if other != port),
+            *([f"sentinel auth-pass {MASTER_NAME} {self.password}"] if self.password else []),
+            *([f"requirepass {self.sentinel_password}", f"sentinel sentinel-pass {self.sentinel_password}"]
+              if self.sentinel_password else []), "",
         ]))
         return path
 
@@ -84,7 +93,8 @@ class LocalSentinels:
             for replica in self.replicas:
                 replica.start()
             for replica in self.replicas:
-                self._wait(lambda r=replica: _ask(r.port, "INFO", "replication")["master_link_status"] == "up",  # type: ignore[index,misc]
+                self._wait(lambda r=replica: _ask(r.port, "INFO", "replication",  # type: ignore[index,misc]
+                                                  password=self.password)["master_link_status"] == "up",
                            "the replicas to sync")
             binary = find_redis_server()
             for port in self.ports:
@@ -98,7 +108,8 @@ class LocalSentinels:
 
     def _sentinels_agree(self) -> bool:
         for port in self.ports:
-            state: dict[str, str] = _ask(port, "SENTINEL", "MASTER", MASTER_NAME)  # type: ignore[assignment]
+            state: dict[str, str] = _ask(port, "SENTINEL", "MASTER", MASTER_NAME,  # type: ignore[assignment]
+                                         password=self.sentinel_password)
             if int(state["num-slaves"]) < len(self.replicas) or int(state["num-other-sentinels"]) < 2:
                 return False
         return True
@@ -123,14 +134,18 @@ class LocalSentinels:
         self._procs[index].kill()
         self._procs[index].wait()
 
+    def _master_port(self, sentinel_port: int) -> int:
+        reply = _ask(sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME, password=self.sentinel_password)
+        return int(reply[1])  # type: ignore[index]
+
     def master_port(self) -> int:
         """The port of the master the sentinels report now."""
-        return _master_port(self.ports[0])
+        return self._master_port(self.ports[0])
 
     def wait_promoted(self, old_port: int, limit_s: float = 30.0) -> int:
         """Wait until every sentinel reports a master other than ``old_port``; its port."""
         def promoted() -> bool:
-            return all(_master_port(p) != old_port for p in self.ports)
+            return all(self._master_port(p) != old_port for p in self.ports)
         self._wait(promoted, "the sentinels to promote a replica", limit_s)
         return self.master_port()
 

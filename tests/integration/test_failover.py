@@ -264,3 +264,26 @@ async def test_cluster_failover_under_load(ha_cluster: LocalCluster, ha_keys: Ke
     finally:
         await client.aclose()
         await sub_client.aclose()
+
+
+def test_cli_through_password_protected_sentinels() -> None:
+    """The CLI's Sentinel mode with passwords on both sides: the sentinels' from
+    ``WM_SIGNALS_SENTINEL_PASSWORD``, the data nodes' from a host-less ``--redis-url``; a
+    wrong sentinel password is exit 1 naming the service."""
+    with LocalSentinels(password="node-secret", sentinel_password="sentinel-secret") as deployment:
+        namespace = "ha" + uuid.uuid4().hex[:8]
+        common = ["--sentinel", deployment.addresses, "--sentinel-master", MASTER_NAME,
+                  "--redis-url", "redis://:node-secret@/0", "--namespace", namespace, "--resource", "ada"]
+        env = {**os.environ, "WM_SIGNALS_SENTINEL_PASSWORD": "sentinel-secret"}
+
+        def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "workers", *args, *common], cwd=ROOT, env={**env, **extra},
+                                  capture_output=True, text=True, timeout=60, check=False)
+
+        wrote = cli("write", "--markdown", "# Ada\n- likes tea", "--min-replicas", "2")
+        assert (wrote.returncode, wrote.stdout) == (0, "1\n"), wrote.stderr
+        got = cli("get")
+        assert (got.returncode, got.stdout) == (0, "# Ada\n- likes tea\n"), got.stderr
+        refused = cli("get", WM_SIGNALS_SENTINEL_PASSWORD="wrong")
+        assert refused.returncode == 1 and MASTER_NAME in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1
