@@ -119,7 +119,8 @@ class Settings(BaseSettings):
     def _tls_needs_rediss(self) -> Settings:
         if self.tls() is not None and not (self.redis_url or "").startswith("rediss://"):
             shown = "none is configured" if not self.redis_url else "it is not rediss://"
-            raise ValueError(f"TLS settings (tls_*) need a rediss:// Redis URL ({shown})")
+            hint = "; with sentinel, a host-less one: rediss://USER:PASSWORD@/0" if self.sentinel else ""
+            raise ValueError(f"TLS settings (tls_*) need a rediss:// Redis URL ({shown}{hint})")
         return self
 
     @model_validator(mode="after")

@@ -78,6 +78,7 @@ def test_node_credentials_come_from_a_hostless_url() -> None:
     ({"sentinel": "h:1", "sentinel_master": "m", "cluster": True, "redis_url": "redis://@/0"}, "two connection modes"),
     ({"sentinel": "h", "sentinel_master": "m"}, "HOST:PORT"),
     ({"write_min_replicas": -1}, "greater than or equal"),
+    ({"sentinel": "h:1", "sentinel_master": "m", "tls_insecure_skip_verify": True}, "host-less one: rediss://"),
 ])
 def test_settings_refuse_inconsistent_ha_options(values: dict[str, object], match: str) -> None:
     """Sentinel needs its master name and excludes cluster mode; addresses are checked early."""
