@@ -18,12 +18,14 @@ import anyio
 import pytest
 
 from signals.errors import DurabilityError, RedisBusyError
+from signals.streams.acl import acl_file
 from signals.streams.client import connect
 from signals.streams.durability import Durability
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import settings_for
+from tests.integration.test_acl import ADMIN, KEYS, PASSWORDS, _start
 from workers.embedded import RedisServer
 from workers.supervisor import run_worker
 
@@ -100,3 +102,29 @@ async def test_master_without_its_replicas_is_transient_for_writers_and_the_work
         finally:
             await client.aclose()
             await worker_client.aclose()
+
+
+async def test_writer_and_agent_roles_may_write_durably(tmp_path: Path) -> None:
+    """Under the generated ACL users, the writer and agent roles run WAIT and the
+    confirmation of a retried write (SET XX KEEPTTL on its idempotency key)."""
+    primary = _start(tmp_path, acl_file(KEYS, PASSWORDS))
+    try:
+        with RedisServer(extra=["--replicaof", "127.0.0.1", str(primary.port), "--masteruser", "admin",
+                                "--masterauth", ADMIN]) as replica:
+            follower = connect(replica.url)
+            try:
+                with anyio.fail_after(20):
+                    while (await follower.info("replication"))["master_link_status"] != "up":
+                        await anyio.sleep(0.05)
+            finally:
+                await follower.aclose()
+            for role in ("writer", "agent"):
+                client = connect(f"redis://wm-{role}:{PASSWORDS[role]}@127.0.0.1:{primary.port}/0")
+                store = WorkingMemoryStore(client, keys=KEYS, durability=Durability(1, 2000))
+                try:
+                    assert await store.replace(role, f"# {role}", idempotency_key="k") == 1
+                    assert await store.replace(role, f"# {role}", idempotency_key="k") == 1  # dup: confirmed
+                finally:
+                    await client.aclose()
+    finally:
+        primary.stop()
