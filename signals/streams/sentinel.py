@@ -36,6 +36,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, cast
 
+from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
@@ -52,34 +53,51 @@ SENTINEL_SOCKET_TIMEOUT_S = 2.0
 
 
 class _Sentinel(Sentinel):
-    """redis-py's Sentinel manager with master discovery serialised.
+    """redis-py's Sentinel manager with its own master discovery: serialised, and naming why
+    each sentinel failed.
 
-    ``Sentinel.discover_master`` moves the sentinel that answered to the front of its list
-    with a swap across an ``await``; two discoveries at once (several tasks reconnecting
-    after a failover) can then write one sentinel's client over another's, so the list
-    holds one sentinel twice, the other's client is dropped with its connections open and
-    is never asked again (seen in redis-py 8.1 under the failover test). One discovery at
-    a time keeps the list a permutation; reconnecting tasks wait for each other's
-    discovery, which is one round trip per sentinel asked.
+    redis-py's ``discover_master`` moves the sentinel that answered to the front of its
+    list with a swap across an ``await``; two discoveries at once (several tasks
+    reconnecting after a failover) can then write one sentinel's client over another's,
+    so the list holds one sentinel twice and the other's client is dropped with its
+    connections open and never asked again (seen with redis-py 8.1 under the failover
+    test). Here one discovery runs at a time, which keeps the list a permutation;
+    reconnecting tasks wait for each other's discovery, one round trip per sentinel asked.
+    Its error, when no sentinel reports the master up, says what each sentinel answered
+    (redis-py's lists only the errors' class names).
     """
 
     def __init__(self, addresses: list[tuple[str, int]], **kwargs: Any) -> None:
         super().__init__(addresses, **kwargs)  # type: ignore[no-untyped-call]
         self._discovering: asyncio.Lock | None = None
-        self._shown = ",".join(f"{host}:{port}" for host, port in addresses)
 
     async def discover_master(self, service_name: str) -> Any:
-        """The master's address; ``MasterNotFoundError`` (a ``ConnectionError``) naming the
-        service and the sentinels, without redis-py's client reprs, when none reports it up."""
+        """The ``(host, port)`` of the master of ``service_name`` that the first sentinel
+        reporting it up gives; that sentinel is asked first next time.
+
+        Raises:
+            MasterNotFoundError: (a ``ConnectionError``) no sentinel reports it up; the
+                message names each sentinel and what it answered.
+        """
         if self._discovering is None:
             self._discovering = asyncio.Lock()
         async with self._discovering:
-            try:
-                return await super().discover_master(service_name)
-            except MasterNotFoundError:
-                raise MasterNotFoundError(
-                    f"no sentinel of {self._shown} reports a master {service_name!r} that is up (the sentinels "
-                    "are unreachable or refuse us, or the master is down and not replaced yet)") from None
+            problems: list[str] = []
+            for index, sentinel in enumerate(self.sentinels):
+                kwargs = sentinel.connection_pool.connection_kwargs
+                where = f"{kwargs.get('host')}:{kwargs.get('port')}"
+                try:
+                    masters = cast(dict[str, dict[str, Any]], await sentinel.sentinel_masters())
+                except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+                    problems.append(f"{where}: {e}")
+                    continue
+                state = masters.get(service_name)
+                if state and self.check_master_state(state, service_name):
+                    self.sentinels.insert(0, self.sentinels.pop(index))
+                    return state["ip"] if self._force_master_ip is None else self._force_master_ip, state["port"]
+                problems.append(f"{where}: {'master down' if state else 'no such master'}")
+            raise MasterNotFoundError(f"no sentinel reports a master {service_name!r} that is up "
+                                      f"({'; '.join(problems)})")
 
 
 class SentinelClient(Redis):

@@ -33,9 +33,18 @@ __all__ = ("MASTER_NAME", "LocalSentinels")
 MASTER_NAME = "wm-master"
 
 
-def _ask(port: int, *command: object, password: str | None = None) -> object:
+#: ``(certificate, key, CA)`` PEM files: the certificate must be valid for 127.0.0.1 as a
+#: server and as a client (every node and sentinel uses it both ways).
+TLSFiles = tuple[str, str, str]
+
+
+def _ask(port: int, *command: object, password: str | None = None, tls: TLSFiles | None = None) -> object:
     """One command to a server or sentinel on loopback (set-up runs outside any event loop)."""
-    with SyncRedis(port=port, password=password, decode_responses=True, socket_timeout=2) as client:
+    options: dict[str, object] = {}
+    if tls:
+        options = {"ssl": True, "ssl_certfile": tls[0], "ssl_keyfile": tls[1], "ssl_ca_certs": tls[2]}
+    with SyncRedis(host="127.0.0.1", port=port, password=password, decode_responses=True, socket_timeout=2,
+                   **options) as client:  # type: ignore[arg-type]
         return client.execute_command(*command)
 
 
@@ -45,17 +54,22 @@ class LocalSentinels:
     Args:
         password: ``requirepass`` of the data nodes (replicas and sentinels authenticate with it).
         sentinel_password: ``requirepass`` of the sentinels (they use it with each other too).
+        tls: serve every node and sentinel on TLS only, client certificates required
+            (replication and the sentinels' own connections too).
     """
 
     def __init__(self, *, down_after_ms: int = 1000, failover_timeout_ms: int = 3000, password: str | None = None,
-                 sentinel_password: str | None = None) -> None:
+                 sentinel_password: str | None = None, tls: TLSFiles | None = None) -> None:
         self.password = password
         self.sentinel_password = sentinel_password
+        self.tls = tls
         fast_sync = ["--repl-diskless-sync-delay", "0"]  # the default waits 5 s for more replicas
         if password:
             fast_sync += ["--requirepass", password, "--masterauth", password]
-        self.master = RedisServer(extra=fast_sync)
-        self.replicas = [RedisServer(extra=[*fast_sync, "--replicaof", "127.0.0.1", str(self.master.port)])
+        if tls:
+            fast_sync += ["--tls-replication", "yes"]
+        self.master = RedisServer(extra=fast_sync, tls=tls)
+        self.replicas = [RedisServer(extra=[*fast_sync, "--replicaof", "127.0.0.1", str(self.master.port)], tls=tls)
                          for _ in range(2)]
         self.ports = [free_port() for _ in range(3)]
         self.ids = {port: secrets.token_hex(20) for port in self.ports}
@@ -71,8 +85,11 @@ class LocalSentinels:
 
     def _conf(self, port: int) -> Path:
         path = Path(self._dir.name) / f"sentinel-{port}.conf"
+        tls = (["port 0", f"tls-port {port}", f"tls-cert-file {self.tls[0]}", f"tls-key-file {self.tls[1]}",
+                f"tls-ca-cert-file {self.tls[2]}", "tls-replication yes", "tls-auth-clients yes"]
+               if self.tls else [f"port {port}"])
         path.write_text("\n".join([
-            f"port {port}", "bind 127.0.0.1", "daemonize no", f"dir {self._dir.name}",
+            *tls, "bind 127.0.0.1", "daemonize no", f"dir {self._dir.name}",
             f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.master.port} 2",
             f"sentinel down-after-milliseconds {MASTER_NAME} {self.down_after_ms}",
             f"sentinel failover-timeout {MASTER_NAME} {self.failover_timeout_ms}",
@@ -94,7 +111,7 @@ class LocalSentinels:
                 replica.start()
             for replica in self.replicas:
                 self._wait(lambda r=replica: _ask(r.port, "INFO", "replication",  # type: ignore[index,misc]
-                                                  password=self.password)["master_link_status"] == "up",
+                                                  password=self.password, tls=self.tls)["master_link_status"] == "up",
                            "the replicas to sync")
             binary = find_redis_server()
             for port in self.ports:
@@ -109,7 +126,7 @@ class LocalSentinels:
     def _sentinels_agree(self) -> bool:
         for port in self.ports:
             state: dict[str, str] = _ask(port, "SENTINEL", "MASTER", MASTER_NAME,  # type: ignore[assignment]
-                                         password=self.sentinel_password)
+                                         password=self.sentinel_password, tls=self.tls)
             if int(state["num-slaves"]) < len(self.replicas) or int(state["num-other-sentinels"]) < 2:
                 return False
         return True
@@ -135,7 +152,8 @@ class LocalSentinels:
         self._procs[index].wait()
 
     def _master_port(self, sentinel_port: int) -> int:
-        reply = _ask(sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME, password=self.sentinel_password)
+        reply = _ask(sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME,
+                     password=self.sentinel_password, tls=self.tls)
         return int(reply[1])  # type: ignore[index]
 
     def master_port(self) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from signals.streams.verify import verify_lane
 from tests.integration.cluster import LocalCluster
 from tests.integration.helpers import check_lane
 from tests.integration.sentinel import MASTER_NAME, LocalSentinels
+from tests.integration.test_tls import _ca, _signed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
 ROOT = Path(__file__).parents[2]
@@ -291,3 +293,28 @@ def test_cli_through_password_protected_sentinels() -> None:
         refused = cli("get", WM_SIGNALS_SENTINEL_PASSWORD="wrong")
         assert refused.returncode == 1 and MASTER_NAME in refused.stderr, refused.stderr
         assert refused.stderr.count("\n") == 1
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_cli_through_tls_sentinels(tmp_path: Path) -> None:
+    """Sentinels and data nodes on TLS only, client certificates required: a host-less
+    ``rediss://`` URL and the ``--tls-*`` flags reach both; a wrong CA is exit 1."""
+    ca = _ca(tmp_path, "ca")
+    other_ca, _ = _ca(tmp_path, "other-ca")
+    cert, key = _signed(tmp_path, "node", ca, "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    with LocalSentinels(tls=(str(cert), str(key), str(ca[0]))) as deployment:
+        common = ["--sentinel", deployment.addresses, "--sentinel-master", MASTER_NAME, "--redis-url", "rediss://@/0",
+                  "--tls-cert", str(cert), "--tls-key", str(key), "--namespace", "ha" + uuid.uuid4().hex[:8],
+                  "--resource", "ada"]
+
+        def cli(*args: str, ca_file: Path = ca[0]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "workers", *args, *common, "--tls-ca", str(ca_file)],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+
+        wrote = cli("write", "--markdown", "# Ada", "--min-replicas", "1")
+        assert (wrote.returncode, wrote.stdout) == (0, "1\n"), wrote.stderr
+        got = cli("get")
+        assert (got.returncode, got.stdout) == (0, "# Ada\n"), got.stderr
+        refused = cli("get", ca_file=other_ca)
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.stderr
