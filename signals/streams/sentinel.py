@@ -2,9 +2,10 @@
 
 :func:`connect_sentinel` asks the sentinels for the master of a named service and keeps
 asking after every connection failure, through redis-py's asyncio Sentinel support
-(``Sentinel(...).master_for(...)``). A sentinel that does not answer is not retried: the
-next one is asked. What that does during a failover, checked against
-the installed redis-py (8.x) and ``tests/integration/test_failover.py``:
+(``Sentinel(...).master_for(...)``, with this module's own master discovery, see
+:class:`_Sentinel`; a sentinel that does not answer is not retried, the next one is asked).
+What happens during a failover, checked against the installed redis-py (8.x) and
+``tests/integration/test_failover.py``:
 
 * the master dies: commands in flight fail with ``redis.exceptions.ConnectionError``;
   every new connection first asks the sentinels for the master's address, so until they
