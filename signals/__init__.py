@@ -31,6 +31,7 @@ from signals.errors import (
     ConflictError,
     CorruptDataError,
     DocumentTooLargeError,
+    DurabilityError,
     EmptyTemplateOverwriteError,
     GroupMissingError,
     InvalidInputError,
@@ -55,8 +56,10 @@ from signals.streams.client import (
     connect,
 )
 from signals.streams.deliveries import DeliveryLog, ModelView
+from signals.streams.durability import Durability
 from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import Materialised, materialise, read_signals
+from signals.streams.sentinel import SentinelClient, connect_sentinel
 from signals.streams.store import Document, WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from signals.streams.verify import VerifyReport, verify_lane
@@ -73,6 +76,8 @@ __all__ = (
     "DeliveryLog",
     "Document",
     "DocumentTooLargeError",
+    "Durability",
+    "DurabilityError",
     "EmptyTemplateOverwriteError",
     "GroupMissingError",
     "Injection",
@@ -92,6 +97,7 @@ __all__ = (
     "RedisUnavailableError",
     "ScenarioError",
     "SchemaValidationError",
+    "SentinelClient",
     "Signal",
     "Signer",
     "Subscription",
@@ -104,6 +110,7 @@ __all__ = (
     "WorkingMemoryStore",
     "WriteEvent",
     "connect",
+    "connect_sentinel",
     "handle_tool_call",
     "lane_id",
     "materialise",

@@ -11,6 +11,7 @@ __all__ = (
     "ConflictError",
     "CorruptDataError",
     "DocumentTooLargeError",
+    "DurabilityError",
     "EmptyTemplateOverwriteError",
     "GroupMissingError",
     "InvalidInputError",
@@ -101,6 +102,27 @@ class RedisUnavailableError(WmSignalsError):
 class RedisBusyError(RedisUnavailableError):
     """Raised when Redis answers but refuses work for a while: out of memory under
     ``noeviction``, loading its dataset, a read-only replica, a cluster reconfiguring."""
+
+
+class DurabilityError(WmSignalsError):
+    """Raised when a write with a durability setting is stored on the master but fewer
+    replicas than required acknowledged it within the timeout (``WAIT``): a failover may
+    still lose it. Retrying with the same idempotency key is safe: it applies once, and
+    waits for the replicas again.
+
+    Attributes:
+        lane: the lane written.
+        version: the version the write produced on the master.
+        acked: how many replicas acknowledged it (``None``: ``WAIT`` itself failed).
+        required: how many were required.
+    """
+
+    def __init__(self, message: str, *, lane: str, version: int, acked: int | None, required: int) -> None:
+        super().__init__(message)
+        self.lane = lane
+        self.version = version
+        self.acked = acked
+        self.required = required
 
 
 class GroupMissingError(WmSignalsError):

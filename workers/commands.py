@@ -22,6 +22,7 @@ from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Scope
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.store import WorkingMemoryStore
+from workers.connection import add_durability_args, add_sentinel_args
 from workers.logging import configure_logging
 from workers.runtime import open_client, resolve_redis, run
 from workers.settings import Settings
@@ -87,6 +88,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     tls.add_argument("--tls-insecure-skip-verify", dest="tls_insecure_skip_verify", action="store_true",
                      default=None, help="INSECURE: do not verify the server's certificate "
                                         "(default: $WM_SIGNALS_TLS_INSECURE_SKIP_VERIFY)")
+    add_sentinel_args(parser)
     parser.add_argument("--signing-key-file", metavar="PATH",
                         help="file holding the key that authenticates signals "
                              "(default: $WM_SIGNALS_SIGNING_KEY_FILE or $WM_SIGNALS_SIGNING_KEY)")
@@ -150,7 +152,7 @@ def _cmd_write(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with open_client(settings) as redis:
-            store = WorkingMemoryStore(redis, keys=settings.keys(), config=config)
+            store = WorkingMemoryStore(redis, keys=settings.keys(), config=config, durability=settings.durability())
             if args.resource is None and await store.thread_owner(args.thread) is None:
                 raise InvalidInputError(f"thread {args.thread!r} does not exist: give --resource to create it")
             if is_merge:
@@ -192,6 +194,8 @@ def _cmd_get(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     configure_logging(settings.log_format, "warning")
+    if settings.sentinel:
+        raise InvalidInputError("demo runs on one Redis URL (or an embedded server), not through --sentinel")
 
     async def main() -> int:
         from workers.demo import run_demo  # noqa: PLC0415 - keeps CLI start-up light
@@ -338,6 +342,7 @@ def register(sub: Any) -> None:
     write.add_argument("--schema", help="JSON Schema file to validate merged documents against")
     write.add_argument("--if-version", type=int, help="fail with exit 3 unless the lane is at this version")
     write.add_argument("--idempotency-key", help="a retried write with the same key applies once")
+    add_durability_args(write)
     write.set_defaults(handler=_cmd_write)
 
     get = sub.add_parser("get", help="print a lane's stored working memory")

@@ -3,7 +3,8 @@
 A worker must never exit for a fault of one lane, and must never dead-letter a lane's
 events because the server was briefly unable to work. Whole-server conditions: the
 connection failed or timed out, Redis is out of memory (``noeviction``), loading its
-dataset, a read-only replica, or a cluster reconfiguring. Everything else a command
+dataset, a read-only replica, a master refusing writes for want of replicas
+(``min-replicas-to-write``), or a cluster reconfiguring. Everything else a command
 answers with is about the keys it touched.
 """
 
@@ -25,7 +26,9 @@ WHOLE_SERVER: tuple[type[Exception], ...] = (
     redis_exc.TryAgainError,
     redis_exc.ClusterDownError,
 )
-_PREFIXES = ("OOM", "LOADING", "MASTERDOWN", "BUSY", "READONLY", "TRYAGAIN", "CLUSTERDOWN")
+#: NOREPLICAS: a master with ``min-replicas-to-write`` that has lost its replicas (cut off
+#: during a failover) refuses writes until they are back.
+_PREFIXES = ("OOM", "LOADING", "MASTERDOWN", "BUSY", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
 
 
 def is_whole_server(error: BaseException) -> bool:

@@ -74,10 +74,24 @@ async def resolve_redis(settings: Settings) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
+async def _connect(settings: Settings) -> AsyncIterator[tuple[Client, str]]:
+    """The client for ``settings`` and how messages name the server (Sentinel: the
+    service; else the URL, an embedded server's when none is configured)."""
+    if settings.sentinel:
+        from workers.connection import open_sentinel  # noqa: PLC0415 - Sentinel mode only
+
+        yield open_sentinel(settings)
+        return
+    async with resolve_redis(settings) as url:
+        yield connect(url, cluster=settings.cluster, tls=settings.tls()), redact_url(url)
+
+
+@asynccontextmanager
 async def open_client(settings: Settings) -> AsyncIterator[Client]:
     """The command's Redis client, built from ``settings``, closed (shielded) at exit.
 
-    Starts an embedded server when no URL is configured; applies the TLS settings
+    Starts an embedded server when no URL (and no Sentinel) is configured; through
+    Sentinel with ``settings.sentinel`` (:mod:`workers.connection`); applies the TLS settings
     (warning when verification is off); a malformed URL or unusable TLS file is
     :class:`~signals.errors.InvalidInputError` (from :func:`signals.streams.client.connect`).
     Inside the block, an unreachable Redis becomes
@@ -85,11 +99,10 @@ async def open_client(settings: Settings) -> AsyncIterator[Client]:
     (out of memory, loading, read-only) :class:`~signals.errors.RedisBusyError`, each one
     line for the CLI.
     """
-    async with resolve_redis(settings) as url:
+    async with _connect(settings) as (client, where):
         tls = settings.tls()
-        client = connect(url, cluster=settings.cluster, tls=tls)
         if tls is not None and tls.insecure_skip_verify:
-            log.warning("tls.verification_off", url=redact_url(url),
+            log.warning("tls.verification_off", url=where,
                         detail="the server's certificate is NOT verified: anyone on the network path can "
                                "impersonate Redis (tls_insecure_skip_verify)")
         try:
@@ -99,7 +112,7 @@ async def open_client(settings: Settings) -> AsyncIterator[Client]:
         except (redis_exc.OutOfMemoryError, redis_exc.BusyLoadingError, redis_exc.ReadOnlyError) as e:
             raise RedisBusyError(f"Redis refused the command for now: {e}") from e  # a Redis Cluster's node
         except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-            raise RedisUnavailableError(f"cannot reach Redis at {redact_url(url)}: {e}") from e
+            raise RedisUnavailableError(f"cannot reach Redis at {where}: {e}") from e
         finally:
             with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
                 await client.aclose()

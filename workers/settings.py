@@ -14,9 +14,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from signals.core.lane import LaneOptions
 from signals.core.retention import DEFAULT_RETAIN_SIGNALS, MAX_AGE_MS, Retention
 from signals.core.tokens import CounterName
-from signals.errors import MissingDependencyError
+from signals.errors import InvalidInputError, MissingDependencyError
 from signals.streams.client import TLSOptions
+from signals.streams.durability import Durability
 from signals.streams.keys import Keys
+from signals.streams.sentinel import parse_sentinels
 from signals.tokenizers import check_counter, token_counter
 from workers.consumer import ConsumerOptions
 from workers.retention import map_keep_snapshots, retention_age
@@ -53,6 +55,10 @@ class Settings(BaseSettings):
     ``health_interval_s`` paces the monitor task (readiness, gauges, heartbeat),
     ``heartbeat_ttl_s`` is the heartbeat's TTL, ``liveness_s`` the liveness bound (at
     least 3 x ``block_ms``).
+    ``sentinel`` (``HOST:PORT,...``) with ``sentinel_master`` connects through Redis
+    Sentinel (see :mod:`workers.connection`); ``sentinel_username``/``sentinel_password``
+    authenticate on the sentinels. ``write_min_replicas`` N > 0 makes writes wait for N
+    replicas (``write_replica_timeout_ms``), see :mod:`signals.streams.durability`.
 
     Every text setting must be valid UTF-8 (an environment variable holding other bytes is
     refused, not passed on with escapes).
@@ -62,6 +68,12 @@ class Settings(BaseSettings):
 
     redis_url: str | None = None
     cluster: bool = False
+    sentinel: str | None = None
+    sentinel_master: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: SecretStr | None = None
+    write_min_replicas: int = Field(0, ge=0, le=1000)
+    write_replica_timeout_ms: int = Field(1000, ge=1, le=600_000)
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
@@ -146,10 +158,28 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _sentinel_mode(self) -> Settings:
+        if (self.sentinel is None) != (self.sentinel_master is None):
+            raise ValueError("sentinel and sentinel_master go together (--sentinel HOST:PORT,... --sentinel-master "
+                             "NAME)")
+        if self.sentinel is None:
+            return self
+        if self.cluster:
+            raise ValueError("sentinel and cluster are two connection modes: give one")
+        try:
+            parse_sentinels(self.sentinel)
+        except InvalidInputError as e:
+            raise ValueError(str(e)) from e
+        if not self.sentinel_master or not self.sentinel_master.strip():
+            raise ValueError("sentinel_master must name the monitored master")
+        return self
+
+    @model_validator(mode="after")
     def _tls_needs_rediss(self) -> Settings:
         if self.tls() is not None and not (self.redis_url or "").startswith("rediss://"):
             shown = "none is configured" if not self.redis_url else "it is not rediss://"
-            raise ValueError(f"TLS settings (tls_*) need a rediss:// Redis URL ({shown})")
+            hint = "; with sentinel, a host-less one: rediss://USER:PASSWORD@/0" if self.sentinel else ""
+            raise ValueError(f"TLS settings (tls_*) need a rediss:// Redis URL ({shown}{hint})")
         return self
 
     @model_validator(mode="after")
@@ -199,6 +229,12 @@ class Settings(BaseSettings):
             return None
         return TLSOptions(ca_file=self.tls_ca_file, cert_file=self.tls_cert_file, key_file=self.tls_key_file,
                           insecure_skip_verify=self.tls_insecure_skip_verify)
+
+    def durability(self) -> Durability | None:
+        """The write durability setting, or ``None`` when writes take the master's word."""
+        if not self.write_min_replicas:
+            return None
+        return Durability(self.write_min_replicas, self.write_replica_timeout_ms)
 
     def signing_key_bytes(self) -> bytes | None:
         """The signal signing key as bytes (its UTF-8 text), or ``None`` when signing is off."""

@@ -110,14 +110,16 @@ SCRIPTS: Mapping[str, Script] = {
 
 @dataclass(frozen=True, slots=True)
 class Role:
-    """A user: the scripts it runs, and what it runs directly per key kind."""
+    """A user: the scripts it runs, what it runs directly per key kind, and keyless commands."""
 
     scripts: tuple[str, ...] = ()
     grants: Mapping[str, Grant] = field(default_factory=dict)
+    keyless: tuple[str, ...] = ()
 
     def __or__(self, other: Role) -> Role:
         """The union of two roles (an agent loop that also writes: writer | reader)."""
-        return Role(tuple(dict.fromkeys((*self.scripts, *other.scripts))), _merge(self.grants, other.grants))
+        return Role(tuple(dict.fromkeys((*self.scripts, *other.scripts))), _merge(self.grants, other.grants),
+                    tuple(dict.fromkeys((*self.keyless, *other.keyless))))
 
 
 def _merge(*tables: Mapping[str, Grant]) -> dict[str, Grant]:
@@ -167,7 +169,9 @@ _WRITER = Role(("write", "thread"), {
     "thread": R("hget"),
     **_SIGNAL_READS,
     "config": RW("hsetnx", "hget"),
-})
+    # durable writes (signals.streams.durability): WAIT after the write script, and a retry
+    # that finds its idempotency key rewrites it (SET XX KEEPTTL, the script's own SET) first
+}, keyless=("wait",))
 
 _READER = Role((), {
     **_SIGNAL_READS,
@@ -229,7 +233,8 @@ def grants_of(role: Role) -> dict[str, Grant]:
 def allowed_commands(role: Role, *, cluster: bool = False) -> frozenset[str]:
     """Every command (``name`` or ``container|sub``) a role may run on some key, or keyless."""
     own = {cmd for grant in grants_of(role).values() for cmd in grant.commands}
-    base = (*BASE_COMMANDS, *(CLUSTER_COMMANDS if cluster else ()), *(SCRIPT_COMMANDS if role.scripts else ()))
+    base = (*BASE_COMMANDS, *(CLUSTER_COMMANDS if cluster else ()), *(SCRIPT_COMMANDS if role.scripts else ()),
+            *role.keyless)
     return frozenset((*base, *own))
 
 
@@ -294,6 +299,7 @@ def acl_users(keys: Keys, passwords: Mapping[str, str], *, cluster: bool = False
     for name, role in ROLES.items():
         rules = ["reset", "on", _hash(name, passwords[name]), "resetchannels", "-@all"]
         rules += _commands(BASE_COMMANDS)
+        rules += _commands(role.keyless)
         if cluster:
             rules += _commands(CLUSTER_COMMANDS)
         if role.scripts:

@@ -29,8 +29,9 @@ from signals.core._time import now_iso
 from signals.errors import InvalidInputError, RedisBusyError
 
 __all__ = (
-    "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError", "TLSOptions", "connect",
-    "lindex", "lua", "now_iso", "queue_script", "redact_url", "smembers", "xrange", "xread",
+    "RESP_OPTIONS", "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError", "TLSOptions",
+    "connect", "lindex", "lua", "now_iso", "queue_script", "redact_url", "smembers", "wrap_connection_class", "xrange",
+    "xread",
 )
 
 Client = Redis | RedisCluster
@@ -191,10 +192,7 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, *
     refused = sorted(k for k in kwargs if k.startswith("ssl"))
     if refused:
         raise InvalidInputError(f"pass TLS options as tls=TLSOptions(...), not {', '.join(refused)}")
-    # surrogateescape: a reply that is not UTF-8 never raises while being read (one bad byte
-    # in Redis must not end a read loop); its bytes come back as lone surrogates, which
-    # every check of this package refuses, and go back to Redis unchanged if sent again.
-    options: dict[str, object] = {"protocol": 2, "decode_responses": True, "encoding_errors": "surrogateescape"}
+    options: dict[str, object] = dict(RESP_OPTIONS)
     if tls is not None:
         tls.check()
         options.update(tls.redis_options())
@@ -207,11 +205,24 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, *
     except ValueError as e:
         raise InvalidInputError(f"Redis URL {redact_url(url)!r}: {e}") from e
     pool = client.connection_pool
-    if pool.connection_kwargs.get("encoding", "utf-8") == "utf-8":
-        pool.connection_class = _hiredis_packing(pool.connection_class)
-    else:
-        pool.connection_class = _busy_errors(pool.connection_class)
+    pool.connection_class = wrap_connection_class(pool)
     return client
+
+
+#: The reply options of every client of this package (see :func:`connect`). surrogateescape:
+#: a reply that is not UTF-8 never raises while being read (one bad byte in Redis must not
+#: end a read loop); its bytes come back as lone surrogates, which every check of this
+#: package refuses, and go back to Redis unchanged if sent again.
+RESP_OPTIONS: dict[str, object] = {"protocol": 2, "decode_responses": True, "encoding_errors": "surrogateescape"}
+
+
+def wrap_connection_class(pool: Any) -> type[AbstractConnection]:
+    """The connection class of ``pool`` with busy replies raised as :class:`RedisBusyError`
+    and, for UTF-8 pools, commands packed by hiredis (one class per base class)."""
+    base = cast(type[AbstractConnection], pool.connection_class)
+    if pool.connection_kwargs.get("encoding", "utf-8") == "utf-8":
+        return _hiredis_packing(base)
+    return _busy_errors(base)
 
 
 class RedisOutOfMemoryError(redis_exc.OutOfMemoryError, RedisBusyError):

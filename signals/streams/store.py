@@ -33,6 +33,7 @@ from signals.core.models import Format, Scope, WriteEvent
 from signals.errors import (
     ConflictError,
     CorruptDataError,
+    DurabilityError,
     InvalidInputError,
     ReadOnlyError,
     RedisBusyError,
@@ -42,6 +43,7 @@ from signals.errors import (
 )
 from signals.streams.backoff import full_jitter
 from signals.streams.client import Client, connect, lua, now_iso
+from signals.streams.durability import Durability, confirm_key, write_and_wait
 from signals.streams.keys import Keys, lane_id, validate_id
 from signals.streams.namespace import check_namespace
 
@@ -84,6 +86,10 @@ class WorkingMemoryStore:
             is computed against the remembered version and the script's compare-and-set
             rejects it if the lane moved, so a single writer needs one round trip per
             write and a stale entry costs one re-read.
+        durability: acknowledge a write only once this many replicas have it (Redis
+            ``WAIT``, see :mod:`signals.streams.durability`); fewer within the timeout is
+            :class:`~signals.errors.DurabilityError`. ``None``: the master's word (a
+            failover can lose an acknowledged write).
     """
 
     def __init__(
@@ -96,6 +102,7 @@ class WorkingMemoryStore:
         idempotency_ttl_s: int = 86_400,
         max_attempts: int = 100,
         cache_size: int = 10_000,
+        durability: Durability | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys or Keys()
@@ -107,6 +114,7 @@ class WorkingMemoryStore:
         self._known: LRU[str, Document] = LRU(cache_size)  # this client's own reads and writes
         self._thread = redis.register_script(lua("thread"))
         self._namespace_checked = False
+        self.durability = durability
 
     @property
     def cache_size(self) -> int:
@@ -311,17 +319,56 @@ class WorkingMemoryStore:
         return [version, version + 1, data, self.config.format, encode_json(event), owner,
                 self.idempotency_ttl_s, ref.lane, now, ref.scope]
 
-    async def _run_write(self, ref: LaneRef, script_keys: list[str], args: list[str | int]) -> tuple[str, str]:
-        """Run the write script; Redis errors become this library's."""
+    async def _run_write(self, ref: LaneRef, script_keys: list[str],
+                         args: list[str | int]) -> tuple[str, str, object]:
+        """Run the write script (then ``WAIT``, with a durability setting); Redis errors
+        become this library's. Returns the script's status and detail, and the ``WAIT``
+        reply (``None`` without durability)."""
+        acked: object = None
         try:
-            status, detail = await self._write(keys=script_keys, args=args)
+            if self.durability is None:
+                status, detail = await self._write(keys=script_keys, args=args)
+            else:
+                reply, acked = await write_and_wait(self.redis, self._write, script_keys, args, self.durability)
+                if isinstance(reply, Exception):
+                    raise reply
+                status, detail = reply  # type: ignore[misc]
         except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
             raise RedisUnavailableError(f"writing {ref.lane}: {e}") from e
         except redis_exc.OutOfMemoryError as e:
             raise RedisBusyError(f"writing {ref.lane}: Redis is out of memory: {e}") from e
+        except RedisBusyError:  # READONLY from a replica (this library's class already)
+            raise
+        except (redis_exc.ReadOnlyError, redis_exc.ClusterDownError, redis_exc.TryAgainError) as e:
+            # a failover under way: a demoted master, a cluster failing a node over
+            raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
         except redis_exc.ResponseError as e:  # WRONGTYPE and the like: a key of the lane is not ours
+            if str(e).startswith(("NOREPLICAS", "MASTERDOWN")):  # min-replicas-to-write, a replica cut off
+                raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
             raise CorruptDataError(f"writing {ref.lane}: {e}") from e
-        return str(status), str(detail)
+        return str(status), str(detail), acked
+
+    async def _check_replicated(self, ref: LaneRef, version: int, acked: object,
+                                idempotency_key: str | None = None) -> None:
+        """Raise :class:`DurabilityError` unless ``acked`` (a ``WAIT`` reply) covers the
+        durability setting; for a ``dup`` (``acked`` None), confirm the idempotency key first."""
+        durability = self.durability
+        if durability is None:
+            return
+        if acked is None and idempotency_key is not None:
+            try:
+                acked = await confirm_key(self.redis, self.keys.idempotency(ref.lane, idempotency_key), str(version),
+                                          durability)
+            except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+                raise RedisUnavailableError(f"confirming {ref.lane} version {version}: {e}") from e
+        count = acked if isinstance(acked, int) and not isinstance(acked, bool) else None
+        if count is not None and count >= durability.replicas:
+            return
+        why = (f"only {count} of {durability.replicas} replica(s) acknowledged it within {durability.timeout_ms} ms"
+               if count is not None else f"waiting for its replicas failed ({acked})")
+        raise DurabilityError(f"{ref.lane} version {version} is stored on the master but not yet replicated: {why}; "
+                              "it may be lost on a failover (retrying with the same idempotency key is safe)",
+                              lane=ref.lane, version=version, acked=count, required=durability.replicas)
 
     def _refusal(self, ref: LaneRef, status: str, detail: str, if_version: int | None) -> WmSignalsError | None:
         """The error for a refused write script call (``None`` for a retryable conflict)."""
@@ -359,13 +406,16 @@ class WorkingMemoryStore:
             data = compute(current.data if current else None)
             check_size(data, self.config.max_bytes)
             args = self._script_args(ref, version, data, op=op, owner=owner, idempotency_key=idempotency_key)
-            status, detail = await self._run_write(ref, script_keys, args)
+            status, detail, acked = await self._run_write(ref, script_keys, args)
             if status == "ok":
                 log.debug("wm.written", lane=ref.lane, version=version + 1, op=op)
                 self._known.put(ref.lane, Document(ref.lane, data, version + 1, self.config.format))
+                await self._check_replicated(ref, version + 1, acked)
                 return version + 1
             if status == "dup":
-                return parse_version(detail, f"idempotency key {idempotency_key!r} of {ref.lane}")
+                done = parse_version(detail, f"idempotency key {idempotency_key!r} of {ref.lane}")
+                await self._check_replicated(ref, done, None, idempotency_key)
+                return done
             self._known.discard(ref.lane)
             refusal = self._refusal(ref, status, detail, if_version)
             if refusal is not None:

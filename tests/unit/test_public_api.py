@@ -14,7 +14,7 @@ import signals
 # (the rule for what belongs is in the docstring of signals/__init__.py).
 EXPECTED = frozenset({
     # connecting
-    "Client", "TLSOptions", "connect",
+    "Client", "Durability", "SentinelClient", "TLSOptions", "connect", "connect_sentinel",
     # the write API and the key layout
     "DEFAULT_TEMPLATE", "Document", "Keys", "WorkingMemoryConfig", "WorkingMemoryStore", "lane_id",
     # subscribing and the agent loop
@@ -27,7 +27,7 @@ EXPECTED = frozenset({
     # wire types, rendering, the simulator
     "Attributes", "Delivery", "Signal", "WriteEvent", "render_markup", "run_scenario",
     # errors
-    "ConflictError", "CorruptDataError", "DocumentTooLargeError", "EmptyTemplateOverwriteError",
+    "ConflictError", "CorruptDataError", "DocumentTooLargeError", "DurabilityError", "EmptyTemplateOverwriteError",
     "GroupMissingError", "InvalidInputError", "MissingDependencyError", "NamespaceMismatchError", "PatchError",
     "ReadOnlyError",
     "RedisBusyError", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError",

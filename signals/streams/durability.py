@@ -1,0 +1,121 @@
+"""Durable writes: acknowledge a write only once N replicas have it (Redis ``WAIT``).
+
+Redis replicates asynchronously: a write the master acknowledged can be lost when a
+replica that had not received it is promoted. With a :class:`Durability` setting the
+store runs its write script and ``WAIT N timeout`` on the same connection (``WAIT`` counts
+the replicas that acknowledged everything *that connection* wrote), in one pipeline, so a
+durable write costs one round trip plus the replicas' acknowledgement. Fewer than N
+replicas within the timeout is :class:`~signals.errors.DurabilityError`: the write is
+stored on the master and may still reach the replicas, but nothing promises it survives
+a failover.
+
+Where the WAIT goes: on one server and through Sentinel, the pipeline holds one
+connection to the master. On a Redis Cluster, redis-py would send a bare ``WAIT`` to
+every primary; both commands are therefore routed explicitly to the primary of the
+lane's slot (``target_nodes``), so they share that node's connection. A ``MOVED``/``ASK``
+reply (the slot has a new owner: a failover) updates the slot map and the pair is sent
+again to the new owner (the script did not run on the old one); an ``ASK`` (a slot being
+migrated) is :class:`~signals.errors.RedisBusyError`, to retry.
+
+A retried write that finds its idempotency key (``dup``) wrote nothing, so a ``WAIT`` would
+say nothing about the first attempt's write. :func:`confirm_key` rewrites the key with its
+own value (``SET XX KEEPTTL``, which the writer role may run) and waits for that: the
+replicas acknowledging it have everything the master wrote before it, the first
+attempt's write included (replication is one ordered stream per master).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from redis import exceptions as redis_exc
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
+
+from signals.errors import InvalidInputError, RedisBusyError
+from signals.streams.client import Client
+
+__all__ = ("Durability", "confirm_key", "write_and_wait")
+
+#: How often a durable write is sent again after a NOSCRIPT (one server) or a slot
+#: redirection (cluster) before the error is raised.
+_RESENDS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """How many replicas must hold a write before it is acknowledged.
+
+    Attributes:
+        replicas: the replicas that must acknowledge (``WAIT`` N), at least 1.
+        timeout_ms: how long to wait for them, at least 1 (``WAIT``'s 0 would block
+            forever).
+    """
+
+    replicas: int
+    timeout_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        for name, value in (("replicas", self.replicas), ("timeout_ms", self.timeout_ms)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"durability {name} must be an integer >= 1, not {value!r}")
+
+
+async def write_and_wait(redis: Client, script: AsyncScript, keys: list[str], args: list[str | int],
+                         durability: Durability) -> tuple[object, object]:
+    """Run ``script`` then ``WAIT`` on one connection to the master of ``keys[0]``'s slot.
+
+    Returns ``(script reply, WAIT reply)``, each a value or the exception Redis answered
+    with (the caller raises them: the script's first). Connection failures raise.
+    """
+    source = cast(str, script.script)
+    for _ in range(_RESENDS):
+        if isinstance(redis, RedisCluster):
+            reply, acked = await _cluster_pair(redis, keys[0], ("EVAL", source, len(keys), *keys, *args), durability)
+        else:
+            pipe = redis.pipeline(transaction=False)
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms)
+            reply, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, redis_exc.NoScriptError):  # a new master (failover) or a flushed cache
+                await redis.script_load(source)
+                continue
+        if not isinstance(reply, redis_exc.MovedError):
+            return reply, acked
+    raise RedisBusyError(f"the slot of {keys[0]} kept moving ({reply}): the cluster is reconfiguring")
+
+
+async def confirm_key(redis: Client, key: str, value: str, durability: Durability) -> object:
+    """Rewrite ``key`` with ``value`` (``SET XX KEEPTTL``) and ``WAIT`` on the same connection.
+
+    Returns the ``WAIT`` reply (or the exception answered). See the module docstring.
+    """
+    command = ("SET", key, value, "XX", "KEEPTTL")
+    for _ in range(_RESENDS):
+        if isinstance(redis, RedisCluster):
+            reply, acked = await _cluster_pair(redis, key, command, durability)
+        else:
+            pipe = redis.pipeline(transaction=False)
+            pipe.execute_command(*command)
+            pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms)
+            reply, acked = await pipe.execute(raise_on_error=False)
+        if not isinstance(reply, redis_exc.MovedError):
+            return reply if isinstance(reply, Exception) else acked
+    raise RedisBusyError(f"the slot of {key} kept moving ({reply}): the cluster is reconfiguring")
+
+
+async def _cluster_pair(redis: RedisCluster, key: str, command: tuple[Any, ...],
+                        durability: Durability) -> tuple[object, object]:
+    """``command`` and ``WAIT`` on one connection of the primary that owns ``key``'s slot."""
+    await redis.initialize()  # no-op unless a failure reset the client
+    node = redis.get_node_from_key(key)
+    pipe = redis.pipeline()
+    pipe.execute_command(*command, target_nodes=node)
+    pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms, target_nodes=node)
+    reply, acked = await pipe.execute(raise_on_error=False, allow_redirections=False)
+    if isinstance(reply, redis_exc.MovedError):
+        await redis.nodes_manager.move_slot(reply)
+    elif isinstance(reply, redis_exc.AskError):  # a slot migrating: ASKING is not worth the complexity here
+        raise RedisBusyError(f"the slot of {key} is migrating ({reply}): retry")
+    return reply, acked
