@@ -19,7 +19,9 @@ Two ways a framework can treat what a hook inserts, one class for each:
   which ones are still held, removes the ones it says to drop (and any working-memory
   block it did not make: one restored from a history saved by another process, or typed
   by a user, since nobody can know which version it holds and keeping it could put a
-  version into the window twice), and appends the new ones at the end. When the same
+  version into the window twice), and appends the new ones at the end. A held block the
+  framework moved out of the order it was injected in (a reordered history) is removed
+  too and counts as dropped: the model reads blocks in list order. When the same
   markup is held twice (a delta A->B, B->A, A->B chain repeats a patch) occurrences are
   paired with injections newest first, since trimming removes the oldest.
 * :class:`EphemeralWindow` (a hook changes what ONE model call sees and nothing of it is
@@ -301,7 +303,7 @@ class PersistentWindow(Generic[M]):
         """The list to send (and keep): held blocks kept, dropped and foreign ones removed, new ones appended."""
         await self._start()
         parts = self._split.map(messages)
-        owners = self._match([markups for _, markups in parts])
+        owners = self._in_order(self._match([markups for _, markups in parts]))
         result = await self.agent.before_model_call(set(owners.values()))
         keep = {i for i in owners.values() if i not in result.drop}
         self._held = {i: self._held[i] for i in self._held if i in keep}
@@ -318,6 +320,26 @@ class PersistentWindow(Generic[M]):
             out = [self.codec.build(inj.markup) for inj in result.add]
         self._held.update((inj.id, inj.markup) for inj in result.add)
         return Prepared(out, result)
+
+    def _in_order(self, owners: dict[tuple[int, int], str]) -> dict[tuple[int, int], str]:
+        """The matched blocks that stand in the order they were injected in; the others are not held.
+
+        A model reads the last snapshot and the deltas after it, in list order, while the
+        tracker reasons from what is held: a history that moved a block (a delta before
+        its snapshot, a snapshot after newer deltas) would leave the model unable to
+        rebuild what the tracker thinks it holds. Walking from the newest position, a
+        block is kept only when it was injected before every block kept after it; a block
+        out of place is removed from the list and counts as dropped (the tracker then
+        catches up or re-injects).
+        """
+        order = {inj_id: n for n, inj_id in enumerate(self._held)}
+        kept: dict[tuple[int, int], str] = {}
+        low = len(order)
+        for position in sorted(owners, reverse=True):
+            n = order[owners[position]]
+            if n < low:
+                kept[position], low = owners[position], n
+        return kept
 
     def _match(self, blocks: list[list[str]]) -> dict[tuple[int, int], str]:
         """Pair the list's working-memory blocks with held injections, newest first."""
