@@ -11,9 +11,10 @@ import pytest
 from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
+from signals.core.cachekey import cache_key
 from signals.core.codec import FIELD, encode_json
 from signals.core.lane import LaneOptions, LaneTracking, advance
-from signals.core.models import Signal, WriteEvent
+from signals.core.models import Attributes, Delivery, Signal, WriteEvent
 from signals.core.render import signal_markup
 from signals.core.window import WindowTracker
 from signals.errors import CorruptDataError
@@ -21,6 +22,7 @@ from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
+from tests.integration.test_hostile_readers import _flags, _run_cli
 from workers.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -145,3 +147,22 @@ async def test_a_forged_base_version_is_corrupt_data(redis: Redis, keys: Keys) -
         with pytest.raises(CorruptDataError, match=entry_id):
             await log.view_at("t1", 9)
         await redis.xdel(stream, entry_id)
+
+
+async def test_replay_deliveries_shows_hostile_text_literally(redis_server: RedisServer, redis: Redis, keys: Keys,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A delivery record is printed as text, never as console markup: brackets in a lane id
+    (allowed in ids) and in ``at`` come out as they are, exit 0; a lane with a control
+    character (no id has one: a forged entry) is corrupt data, exit 2 with one line."""
+    def record(lane: str, at: str) -> str:
+        return encode_json(Delivery(thread_id="t1", step=1, lane=lane, version=1, mode="snapshot",
+                                    reason="bootstrap", cache_key=cache_key("markdown", "x"), contents="x",
+                                    attributes=Attributes(format="markdown", scope="resource"), at=at))
+
+    stream = keys.deliveries("t1")
+    await redis.xadd(stream, {FIELD: record("r:[/]x[bold]", "[/at]\x1b[2J")})
+    code, out, err = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--thread", "t1", "--deliveries")
+    assert (code, err) == (0, "") and "r:[/]x[bold] v1 snapshot" in out and "\x1b" not in out
+    entry_id = await redis.xadd(stream, {FIELD: record("r:\x1b[31mu", "now")})
+    code, out, err = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--thread", "t1", "--deliveries")
+    assert code == 2 and out == "" and entry_id in err and err.count("\n") == 1
