@@ -9,8 +9,9 @@ version it applies to (``baseVersion``) and carries every version after it up to
 
 Nothing read back is trusted: an entry that is not a delivery record of this thread (no
 ``e`` field, not UTF-8, not JSON, wrong types, another thread's id, a version outside
-1..2**53, a base version not below the version), or a chain that does not rebuild (a
-delta that does not apply, a text that does not match its cacheKey), raises
+1..2**53, a base version not below the version, a lane that is not a lane id), or a
+chain that does not rebuild (a delta that does not apply, a text that does not match its
+cacheKey), raises
 :class:`~signals.errors.CorruptDataError` naming the stream and the entry id. The log is
 evidence of what a model saw: a reader is told that it was tampered with, not handed a
 guess (the CLI maps it to exit 2).
@@ -179,6 +180,10 @@ def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
                                f"below {record.version}")
     if {"r:": "resource", "t:": "thread"}.get(record.lane[:2]) != record.attributes.scope:
         raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} does not fit scope {record.attributes.scope!r}")
+    try:  # a lane is its prefix and an id (no control characters: a reader prints it)
+        validate_id(record.lane[2:], "lane id")
+    except InvalidInputError as e:
+        raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} is not a lane id") from e
     return record
 
 
