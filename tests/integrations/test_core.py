@@ -6,6 +6,7 @@ core's own rules: the alignment of a trimmed list, the text tests, both window k
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Hashable
 from pathlib import Path
@@ -20,6 +21,7 @@ from signals.core.models import Attributes
 from signals.core.render import signal_markup
 from signals.core.system_message import working_memory_system_message
 from signals.integrations._core import (
+    TOOL_NAME,
     EphemeralWindow,
     MessageCodec,
     PersistentWindow,
@@ -28,6 +30,8 @@ from signals.integrations._core import (
     is_working_memory_system_text,
     is_working_memory_text,
 )
+from signals.integrations.anthropic import AnthropicWorkingMemory
+from signals.integrations.openai_chat import OpenAIChatWorkingMemory
 from signals.streams.client import connect
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
@@ -205,3 +209,25 @@ async def test_ephemeral_failed_call_changes_nothing(tmp_path: Path) -> None:
     finally:
         await redis.aclose()
         server.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+@pytest.mark.parametrize("schema", [False, True], ids=["markdown", "json"])
+@pytest.mark.parametrize("arguments", [None, 5, [1, 2], "null"])
+async def test_tool_arguments_that_are_not_an_object(redis: Redis, keys: Keys, schema: bool, arguments: object) -> None:
+    """Tool arguments that are not a JSON object (a hand-rolled loop passing what it got) come
+    back to the model as an error naming that, from the agent and both loop helpers, and
+    nothing is written (an empty merge is not a write the model asked for)."""
+    config = WorkingMemoryConfig(schema={"type": "object", "properties": {"name": {"type": "string"}}}) \
+        if schema else None
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", config=config)
+    direct = await agent.call_tool(arguments)  # type: ignore[arg-type]
+    assert direct["success"] is False and "object" in direct["error"], direct
+    anthropic = await AnthropicWorkingMemory(agent).handle_tool_use(
+        {"type": "tool_use", "id": "x", "name": TOOL_NAME, "input": arguments})
+    assert anthropic is not None and anthropic["is_error"] and "object" in json.loads(anthropic["content"])["error"]
+    chat = await OpenAIChatWorkingMemory(agent).handle_tool_call(
+        {"id": "c", "function": {"name": TOOL_NAME, "arguments": arguments}})
+    assert chat is not None and "object" in json.loads(chat["content"])["error"]
+    assert await WorkingMemoryStore(redis, keys=keys, config=agent.config).get("u") is None
