@@ -161,7 +161,7 @@ class AnthropicWorkingMemory:
         if field(block, "type") != "tool_use" or field(block, "name") != TOOL_NAME:
             return None
         arguments = field(block, "input")
-        result = await self.agent.call_tool(arguments if isinstance(arguments, (dict, str)) else {})
+        result = await self.agent.call_tool(arguments)  # not an object: an error result naming it
         out: dict[str, Any] = {"type": "tool_result", "tool_use_id": field(block, "id"),
                                "content": encode_json(result)}
         if not result.get("success"):

@@ -122,5 +122,5 @@ class OpenAIChatWorkingMemory:
         if function is None or field(function, "name") != TOOL_NAME:
             return None
         arguments = field(function, "arguments")
-        result = await self.agent.call_tool(arguments if isinstance(arguments, (dict, str)) else {})
+        result = await self.agent.call_tool(arguments)  # not an object: an error result naming it
         return {"role": "tool", "tool_call_id": field(call, "id"), "content": encode_json(result)}
