@@ -10,16 +10,20 @@ import json
 import uuid
 from collections.abc import Hashable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
+from signals.core.codec import FIELD, encode_json
+from signals.core.lane import LaneOptions, LaneTracking, advance
 from signals.core.memory import WorkingMemoryConfig
-from signals.core.models import Attributes
+from signals.core.models import Attributes, WriteEvent
 from signals.core.render import signal_markup
 from signals.core.system_message import working_memory_system_message
+from signals.errors import InvalidInputError
 from signals.integrations._core import (
     TOOL_NAME,
     EphemeralWindow,
@@ -231,3 +235,32 @@ async def test_tool_arguments_that_are_not_an_object(redis: Redis, keys: Keys, s
         {"id": "c", "function": {"name": TOOL_NAME, "arguments": arguments}})
     assert chat is not None and "object" in json.loads(chat["content"])["error"]
     assert await WorkingMemoryStore(redis, keys=keys, config=agent.config).get("u") is None
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_a_history_that_is_not_a_list_of_messages(redis: Redis, keys: Keys) -> None:
+    """A loop handing over something that is not a list of messages (a string, a dict, None,
+    a None message, an Anthropic user turn whose content is neither text nor blocks) gets
+    InvalidInputError naming it, from both windows and both loop helpers: never a list
+    iterated character by character, a message silently dropped or a turn's content mangled."""
+    lane = LaneTracking()
+    event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=1, data=_doc(1), op="replace",
+                       resource_id="u")
+    lane, signal = advance(lane, event, LaneOptions())
+    await redis.xadd(keys.signals("r:u"), {FIELD: encode_json(signal)})
+    bad: list[Any] = ["hello", {"role": "user", "content": "hi"}, None, [{"role": "user", "content": "hi"}, None]]
+
+    def agent() -> AgentWorkingMemory:
+        return AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", log_deliveries=False)
+
+    prepares = [PersistentWindow(agent(), DictCodec()).prepare, EphemeralWindow(agent(), DictCodec()).prepare,
+                AnthropicWorkingMemory(agent()).prepare, OpenAIChatWorkingMemory(agent()).prepare]
+    for prepare in prepares:
+        for messages in bad:
+            with pytest.raises(InvalidInputError, match="message"):
+                await prepare(messages)
+    with pytest.raises(InvalidInputError, match="content"):
+        await AnthropicWorkingMemory(agent()).prepare([{"role": "user", "content": {"text": "hi"}}])
+    fine = await AnthropicWorkingMemory(agent()).prepare([{"role": "user", "content": None}])
+    assert [b["type"] for b in fine[0]["content"]] == ["text"]
