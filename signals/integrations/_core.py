@@ -87,6 +87,7 @@ import msgspec
 
 from signals.agent import AgentWorkingMemory, ModelCallResult
 from signals.core.models import TAG_NAME
+from signals.errors import InvalidInputError
 from signals.tool import TOOL_NAME, tool_definition
 
 __all__ = (
@@ -226,6 +227,16 @@ class MessageCodec(ABC, Generic[M]):
 V = TypeVar("V")
 
 
+def _check_messages(messages: object) -> None:
+    """Refuse what is not a list of messages (``InvalidInputError`` naming it): a string or a
+    dict would be read item by item, and a ``None`` message dropped without a word."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise InvalidInputError(f"the messages must be a list of messages, not {type(messages).__name__}")
+    for index, message in enumerate(messages):
+        if message is None:
+            raise InvalidInputError(f"message {index} of the list is None, not a message")
+
+
 class _Memo(Generic[M, V]):
     """A codec function's results for the objects of the last call, reused when the same object comes back.
 
@@ -300,7 +311,12 @@ class PersistentWindow(Generic[M]):
             self._started = True
 
     async def prepare(self, messages: Sequence[M]) -> Prepared[M]:
-        """The list to send (and keep): held blocks kept, dropped and foreign ones removed, new ones appended."""
+        """The list to send (and keep): held blocks kept, dropped and foreign ones removed, new ones appended.
+
+        Raises:
+            InvalidInputError: ``messages`` is not a list of messages.
+        """
+        _check_messages(messages)
         await self._start()
         parts = self._split.map(messages)
         owners = self._in_order(self._match([markups for _, markups in parts]))
@@ -384,7 +400,12 @@ class EphemeralWindow(Generic[M]):
             self._started = True
 
     async def prepare(self, messages: Sequence[M]) -> Prepared[M]:
-        """The input for this call: the conversation with the window's messages at their anchors."""
+        """The input for this call: the conversation with the window's messages at their anchors.
+
+        Raises:
+            InvalidInputError: ``messages`` is not a list of messages.
+        """
+        _check_messages(messages)
         await self._start()
         conversation = [conv for conv, _ in self._split.map(messages) if conv is not None]
         ids = self._identity.map(conversation)
