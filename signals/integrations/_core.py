@@ -72,6 +72,20 @@ type so that summarisers and memory extractors can skip them.
 
 One window per conversation, and calls are sequential (a framework's loop makes them so):
 a window is the bookkeeping of one model's context, not a shared object.
+
+**Limits (by design).** What the core recognises and governs is a whole working-memory
+message or block, byte for byte as rendered. Text that merely resembles one reaches the
+model as what it is: a user's message that holds a markup with anything around it
+(a trailing newline, a second text part), a markup inside a tool's result (Anthropic
+``tool_result`` content, an OpenAI ``tool`` message, a fetched web page), or a text part
+of a multi-part message the codec does not split. The core cannot tell a user's or a
+tool's imitation from memory without rewriting their words, so it does neither: the
+guarantee is that nothing *presented as* working memory (a block the core places, or
+keeps) comes from anywhere but a signal the subscription verified, and that an exact
+block the window did not make is removed. Instructions that tell the model where its
+working memory comes from are the application's to write. Two windows on one thread
+(two agents, two adapters) are two contexts: each keeps its own invariant, but both
+append to the same thread's delivery log (see :mod:`signals.streams.deliveries`).
 """
 
 from __future__ import annotations

@@ -15,6 +15,12 @@ cacheKey), raises
 :class:`~signals.errors.CorruptDataError` naming the stream and the entry id. The log is
 evidence of what a model saw: a reader is told that it was tampered with, not handed a
 guess (the CLI maps it to exit 2).
+
+One log per thread id, written by one window: steps are that window's model calls. Two
+agents (or two adapters) that deliver into one thread id append interleaved records of
+two different windows, and ``view_at`` then answers for neither (a design limit of the
+record, which names no window). Give the second agent ``log_deliveries=False``, or its own
+thread id, to keep the log evidence of one model's context.
 """
 
 from __future__ import annotations
