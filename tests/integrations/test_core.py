@@ -35,6 +35,7 @@ from signals.integrations._core import (
     is_working_memory_text,
 )
 from signals.integrations.anthropic import AnthropicWorkingMemory
+from signals.integrations.openai_agents import ResponsesItemCodec
 from signals.integrations.openai_chat import OpenAIChatWorkingMemory
 from signals.streams.client import connect
 from signals.streams.deliveries import DeliveryLog
@@ -264,3 +265,27 @@ async def test_a_history_that_is_not_a_list_of_messages(redis: Redis, keys: Keys
         await AnthropicWorkingMemory(agent()).prepare([{"role": "user", "content": {"text": "hi"}}])
     fine = await AnthropicWorkingMemory(agent()).prepare([{"role": "user", "content": None}])
     assert [b["type"] for b in fine[0]["content"]] == ["text"]
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_ephemeral_identity_of_messages_json_cannot_encode(redis: Redis, keys: Keys) -> None:
+    """A message that canonical JSON cannot encode (a lone surrogate a JSON client sent as
+    ``\\ud800``, a non-string key) still has a stable identity: the block keeps its anchor
+    and nothing is re-added; a message that refers to itself is an InvalidInputError."""
+    lane = LaneTracking()
+    event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=1, data=_doc(1), op="replace",
+                       resource_id="u")
+    lane, signal = advance(lane, event, LaneOptions())
+    await redis.xadd(keys.signals("r:u"), {FIELD: encode_json(signal)})
+    window = EphemeralWindow(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"), DictCodec())
+    odd: list[Any] = [{"role": "user", "content": "broken \ud800 text"}, {"role": "user", "content": "x", 1: "y"}]
+    first = (await window.prepare(odd)).messages
+    again = await window.prepare([dict(m) for m in odd] + [{"role": "assistant", "content": "ok"}])
+    assert again.result.add == () and again.messages[:3] == first
+    assert ResponsesItemCodec().identity({"role": "user", "content": "\ud800"}) == \
+        ResponsesItemCodec().identity({"role": "user", "content": "\ud800"})
+    loop: dict[str, Any] = {"role": "user", "content": "x"}
+    loop["self"] = loop
+    with pytest.raises(InvalidInputError, match="refers to itself"):
+        await window.prepare([loop])
