@@ -173,9 +173,23 @@ def content_identity(*parts: Any) -> str:
     """A stable identity for a conversation message from its JSON-able content.
 
     Canonical JSON (sorted keys), hashed: two calls that see the same message (even as
-    a new but equal object, as frameworks rebuild their history) agree on it.
+    a new but equal object, as frameworks rebuild their history) agree on it. Content
+    that JSON cannot encode (a lone surrogate, which Python's ``json`` makes of a client's
+    ``"\ud800"``; a non-string key) is identified by its ``repr`` instead: still equal
+    for equal content, at worst a re-anchoring when a framework rebuilds it in another
+    key order.
+
+    Raises:
+        InvalidInputError: the content refers to itself or is nested past Python's
+            recursion limit (no identity can be computed).
     """
-    data = msgspec.json.encode(parts, order="sorted", enc_hook=_enc_hook)
+    try:
+        try:
+            data = msgspec.json.encode(parts, order="sorted", enc_hook=_enc_hook)
+        except (TypeError, UnicodeEncodeError, OverflowError):
+            data = repr(parts).encode("utf-8", "backslashreplace")
+    except RecursionError as e:
+        raise InvalidInputError("a message nested too deeply, or one that refers to itself, has no identity") from e
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
