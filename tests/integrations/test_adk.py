@@ -256,3 +256,15 @@ async def test_schema_mode_tool(redis: Redis, keys: Keys) -> None:
     assert [r["success"] for r in results[1:]] == [True, True]  # type: ignore[index]
     doc = await store.get("u", session.id)
     assert doc is not None and json.loads(doc.data) == {"city": "Paris", "age": 36}
+
+
+def test_identity_of_a_content_json_cannot_encode() -> None:
+    """A content holding a lone surrogate (Python's json makes one of a client's ``"\\ud800"``)
+    has an identity, equal for an equal content, not a PydanticSerializationError."""
+    from signals.integrations.adk import _Codec  # noqa: PLC0415 - the codec is private
+
+    def content() -> types.Content:
+        return types.Content(role="user", parts=[types.Part(text="broken \ud800 text")])
+
+    assert _Codec().identity(content()) == _Codec().identity(content())
+    assert _Codec().identity(content()) != _Codec().identity(types.Content(role="user", parts=[types.Part(text="x")]))
