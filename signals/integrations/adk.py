@@ -55,6 +55,7 @@ from signals.errors import InvalidInputError
 from signals.integrations._core import (
     EphemeralWindow,
     MessageCodec,
+    content_identity,
     is_working_memory_system_text,
     is_working_memory_text,
     tool_spec,
@@ -102,7 +103,10 @@ class _Codec(MessageCodec[types.Content]):
     def identity(self, message: types.Content) -> Hashable:
         # ADK gives contents no id and rebuilds them from the session's events every call:
         # their JSON is their identity (pydantic's serialiser: a few microseconds a content)
-        return message.model_dump_json(exclude_none=True)
+        try:
+            return message.model_dump_json(exclude_none=True)
+        except ValueError:  # PydanticSerializationError: a lone surrogate in a text, say
+            return content_identity(message.model_dump(exclude_none=True))
 
     def build(self, markup: str) -> types.Content:
         return types.Content(role="user", parts=[types.Part(text=markup)])
