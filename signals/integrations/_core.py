@@ -128,14 +128,20 @@ _MARKUP = re.compile(
 _SYSTEM_HEADS = ("WORKING MEMORY (system):\n", "WORKING MEMORY (system, read-only):\n")
 
 
-def is_working_memory_text(text: str) -> bool:
-    """True when ``text`` is exactly one working-memory markup (a state-signal message)."""
-    return text.startswith(f"<{TAG_NAME}") and _MARKUP.fullmatch(text) is not None
+def is_working_memory_text(text: object) -> bool:
+    """True when ``text`` is exactly one working-memory markup (a state-signal message).
+
+    Anything but a string (a framework's content parts, ``None``) is not one.
+    """
+    return isinstance(text, str) and text.startswith(f"<{TAG_NAME}") and _MARKUP.fullmatch(text) is not None
 
 
-def is_working_memory_system_text(text: str) -> bool:
-    """True when ``text`` is the system-message delivery's text (with or without tool guidelines)."""
-    return text.startswith(_SYSTEM_HEADS) and "<working_memory_data>" in text
+def is_working_memory_system_text(text: object) -> bool:
+    """True when ``text`` is the system-message delivery's text (with or without tool guidelines).
+
+    Anything but a string (a system message given as content parts, ``None``) is not one.
+    """
+    return isinstance(text, str) and text.startswith(_SYSTEM_HEADS) and "<working_memory_data>" in text
 
 
 @overload

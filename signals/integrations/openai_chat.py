@@ -98,7 +98,7 @@ class OpenAIChatWorkingMemory:
         if self.last.result.system is None:
             return out
         out = [m for m in out if not (field(m, "role") == "system" and
-                                      is_working_memory_system_text(field(m, "content") or ""))]
+                                      is_working_memory_system_text(field(m, "content")))]
         head = 0
         while head < len(out) and field(out[head], "role") in ("system", "developer"):
             head += 1
