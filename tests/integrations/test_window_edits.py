@@ -98,6 +98,7 @@ async def _scenario(url: str, plan: dict[str, Any]) -> None:
             if lane.version:
                 assert rebuild(markups) == lane.value, (turn, markups)
             held = window._held if isinstance(window, PersistentWindow) else [p.inj_id for p in window._placed]
+            assert markups == [agent.window.injection(h).markup for h in held]  # type: ignore[union-attr]
             versions = [v for h in held for v in agent.window.injection(h).versions]  # type: ignore[union-attr]
             assert len(versions) == len(set(versions)), versions
             if kind != "fail" and not plan["ephemeral"]:
