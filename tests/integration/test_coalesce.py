@@ -166,3 +166,20 @@ async def test_replay_deliveries_shows_hostile_text_literally(redis_server: Redi
     entry_id = await redis.xadd(stream, {FIELD: record("r:\x1b[31mu", "now")})
     code, out, err = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--thread", "t1", "--deliveries")
     assert code == 2 and out == "" and entry_id in err and err.count("\n") == 1
+
+
+async def test_a_delivery_log_key_of_another_type_is_corrupt_data(redis: Redis, keys: Keys) -> None:
+    """The thread's delivery-log key holding a string: the model call fails with
+    CorruptDataError naming the key (not a raw WRONGTYPE); once the key is repaired the next
+    call delivers the latest version."""
+    (signal, _), = _signals([_doc()])
+    await redis.xadd(keys.signals("r:u"), {FIELD: encode_json(signal)})
+    await redis.set(keys.deliveries("t1"), "not a stream")
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
+    await agent.start()
+    with pytest.raises(CorruptDataError, match=keys.deliveries("t1")):
+        await agent.before_model_call([])
+    await redis.delete(keys.deliveries("t1"))
+    result = await agent.before_model_call([])
+    assert [(a.version, a.mode) for a in result.add] == [(1, "snapshot")]
+    assert agent.window.rebuild([a.id for a in result.add]) == _doc()
