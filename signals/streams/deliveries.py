@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
+from redis import exceptions as redis_exc
 
 from signals.core._time import now_iso
 from signals.core.cachekey import cache_key
@@ -35,7 +36,7 @@ from signals.core.codec import FIELD, decode_delivery, encode_json
 from signals.core.models import Delivery
 from signals.core.processor import apply_delta
 from signals.core.window import StepResult
-from signals.errors import CorruptDataError, InvalidInputError
+from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
 from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
@@ -62,16 +63,28 @@ class DeliveryLog:
         self.retention = retention
 
     async def record(self, thread_id: str, lane: str, result: StepResult) -> list[Delivery]:
-        """Append the step's additions (nothing when it added nothing)."""
+        """Append the step's additions (nothing when it added nothing).
+
+        Raises:
+            CorruptDataError: the log's key holds something other than a stream (names it).
+            RedisBusyError: Redis is out of memory.
+        """
         if not result.add:
             return []
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
         now = now_iso()
         records = [inj.delivery(thread_id=thread_id, lane=lane, at=now) for inj in result.add]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for record in records:
-                pipe.xadd(stream, {FIELD: encode_json(record)}, maxlen=self.retention, approximate=True)
-            await pipe.execute()
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for record in records:
+                    pipe.xadd(stream, {FIELD: encode_json(record)}, maxlen=self.retention, approximate=True)
+                await pipe.execute()
+        except redis_exc.OutOfMemoryError as e:
+            raise RedisBusyError(f"delivery log {stream}: Redis is out of memory: {e}") from e
+        except redis_exc.ResponseError as e:  # the pipeline names the command: WRONGTYPE is inside
+            if "WRONGTYPE" not in str(e):
+                raise
+            raise CorruptDataError(f"delivery log {stream} is not a stream") from e
         return records
 
     async def read(self, thread_id: str, *, from_step: int = 0, to_step: int | None = None) -> list[Delivery]:
