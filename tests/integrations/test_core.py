@@ -289,3 +289,32 @@ async def test_ephemeral_identity_of_messages_json_cannot_encode(redis: Redis, k
     loop["self"] = loop
     with pytest.raises(InvalidInputError, match="refers to itself"):
         await window.prepare([loop])
+
+
+class _Counted:
+    """An identity that counts how often it is compared (distinct objects, equal by value)."""
+
+    compared = 0
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        _Counted.compared += 1
+        return isinstance(other, _Counted) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+def test_align_work_stays_linear_when_messages_repeat() -> None:
+    """A long history of one repeated message ("continue", "ok") with one message rewritten in
+    the middle: the alignment compares messages a bounded number of times per message (it was
+    cubic: 1,600 messages took seconds of the event loop before every model call)."""
+    n = 1200
+    prev = [_Counted("hi") for _ in range(n)]
+    cur = [_Counted("hi") for _ in range(n // 2)] + [_Counted("new")] + [_Counted("hi") for _ in range(n // 2)]
+    _Counted.compared = 0
+    assert _align(prev, cur) == (n // 2, 0)
+    assert _Counted.compared < 20 * (len(prev) + len(cur))
+
