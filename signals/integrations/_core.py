@@ -481,17 +481,55 @@ class EphemeralWindow(Generic[M]):
 
 def _align(prev: list[Hashable], cur: list[Hashable]) -> tuple[int, int]:
     """``(d, s)``: the fewest leading messages ``d`` of ``prev`` to forget so that the rest of
-    ``prev`` is a contiguous run of ``cur`` starting at ``s``; ``(len(prev), 0)`` when none is.
+    ``prev`` is a contiguous run of ``cur`` starting at ``s`` (the earliest such ``s``);
+    ``(len(prev), 0)`` when none is.
 
-    Linear in the usual cases (trimmed from the front, appended at the end): a ``d`` is
-    only tried where ``prev[d]`` occurs in ``cur``.
+    Quick in the usual cases (trimmed from the front, appended at the end): a ``d`` is only
+    tried where ``prev[d]`` occurs in ``cur``. Repeated messages ("ok", "continue") make
+    that try many places, each a comparison of the whole rest; past a budget of a few
+    comparisons per message it hands over to :func:`_align_linear`, so no history costs
+    more than linear work (it was cubic: seconds before every call for 1,600 messages).
     """
     positions: dict[Hashable, list[int]] = {}
     for index, ident in enumerate(cur):
         positions.setdefault(ident, []).append(index)
+    budget = 4 * (len(prev) + len(cur)) + 64
     for d, ident in enumerate(prev):
         rest = len(prev) - d
         for s in positions.get(ident, ()):
-            if s + rest <= len(cur) and cur[s:s + rest] == prev[d:]:
+            if s + rest > len(cur):
+                break  # positions ascend: no later one fits either
+            budget -= rest
+            if budget < 0:
+                return _align_linear(prev, cur)
+            if cur[s:s + rest] == prev[d:]:
                 return d, s
     return len(prev), 0
+
+
+_APART = object()  # equal to no identity: keeps the two lists apart in _align_linear
+
+
+def _align_linear(prev: list[Hashable], cur: list[Hashable]) -> tuple[int, int]:
+    """:func:`_align` in linear time: the longest suffix of ``prev`` found in ``cur`` is the
+    longest prefix of ``prev`` reversed found in ``cur`` reversed (the Z-function of the two
+    reversed lists joined; among equal lengths the occurrence nearest the end of the
+    reversed ``cur``, which is the earliest ``s``)."""
+    head = prev[::-1]
+    seq: list[object] = [*head, _APART, *cur[::-1]]
+    z = [0] * len(seq)
+    left = right = 0
+    for i in range(1, len(seq)):
+        if i < right:
+            z[i] = min(right - i, z[i - left])
+        while i + z[i] < len(seq) and seq[z[i]] == seq[i + z[i]]:
+            z[i] += 1
+        if i + z[i] > right:
+            left, right = i, i + z[i]
+    best, at = 0, 0
+    for j in range(len(cur)):
+        if z[len(head) + 1 + j] >= best and z[len(head) + 1 + j] > 0:
+            best, at = z[len(head) + 1 + j], j
+    if best == 0:
+        return len(prev), 0
+    return len(prev) - best, len(cur) - at - best

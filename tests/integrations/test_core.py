@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
@@ -30,6 +32,7 @@ from signals.integrations._core import (
     MessageCodec,
     PersistentWindow,
     _align,
+    _align_linear,
     combine_instructions,
     is_working_memory_system_text,
     is_working_memory_text,
@@ -318,3 +321,17 @@ def test_align_work_stays_linear_when_messages_repeat() -> None:
     assert _align(prev, cur) == (n // 2, 0)
     assert _Counted.compared < 20 * (len(prev) + len(cur))
 
+
+def _align_reference(prev: list[str], cur: list[str]) -> tuple[int, int]:
+    for d in range(len(prev)):
+        for s in range(len(cur) - (len(prev) - d) + 1):
+            if cur[s:s + len(prev) - d] == prev[d:]:
+                return d, s
+    return len(prev), 0
+
+
+@given(prev=st.lists(st.sampled_from("abc"), max_size=12), cur=st.lists(st.sampled_from("abc"), max_size=12))
+def test_align_is_the_longest_tail_earliest(prev: list[str], cur: list[str]) -> None:
+    """Both ways of aligning (the quick one and the linear one it falls back to) give the
+    fewest messages to forget and, among equal ones, the earliest place."""
+    assert _align(prev, cur) == _align_linear(prev, cur) == _align_reference(prev, cur)
