@@ -335,3 +335,36 @@ def test_align_is_the_longest_tail_earliest(prev: list[str], cur: list[str]) -> 
     """Both ways of aligning (the quick one and the linear one it falls back to) give the
     fewest messages to forget and, among equal ones, the earliest place."""
     assert _align(prev, cur) == _align_linear(prev, cur) == _align_reference(prev, cur)
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_persistent_failed_call_changes_nothing(tmp_path: Path) -> None:
+    """Redis goes away during a persistent window's call: the call fails, the loop keeps its
+    list, and once Redis is back the same list gets what it needs, with no version twice."""
+    server = RedisServer(data_dir=str(tmp_path)).start()
+    keys = Keys("t" + uuid.uuid4().hex[:10], 4)
+    redis = connect(server.url)
+    try:
+        lane = LaneTracking()
+        for version in (1, 2):
+            event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=version, data=_doc(version),
+                               op="replace", resource_id="u")
+            lane, signal = advance(lane, event, LaneOptions())
+            await redis.xadd(keys.signals("r:u"), {FIELD: encode_json(signal)})
+            if version == 1:
+                window = PersistentWindow(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"),
+                                          DictCodec())
+                history = (await window.prepare([{"role": "user", "content": "hi"}])).messages
+        await redis.save()
+        server.kill()
+        with pytest.raises(redis_exc.ConnectionError):
+            await window.prepare([*history, {"role": "user", "content": "more"}])
+        server.start()
+        sent = (await window.prepare([*history, {"role": "user", "content": "more"}])).messages
+        markups = [m["content"] for m in sent if is_working_memory_text(m["content"])]
+        assert len(markups) == 2 and markups[0] == history[1]["content"] and 'patch="unified-diff"' in markups[1]
+        assert window.agent.window.rebuild(list(window._held)) == _doc(2)
+    finally:
+        await redis.aclose()
+        server.stop()
