@@ -183,3 +183,23 @@ async def test_a_delivery_log_key_of_another_type_is_corrupt_data(redis: Redis, 
     result = await agent.before_model_call([])
     assert [(a.version, a.mode) for a in result.add] == [(1, "snapshot")]
     assert agent.window.rebuild([a.id for a in result.add]) == _doc()
+
+
+async def test_a_record_whose_mode_and_fields_disagree_is_corrupt_data(redis: Redis, keys: Keys) -> None:
+    """A snapshot record with a baseVersion or a patch kind, or a delta without a patch kind,
+    is nothing an agent loop writes: refused naming the entry (it was shown as a version range,
+    or read as a snapshot)."""
+    stream = keys.deliveries("t1")
+    log = DeliveryLog(redis, keys)
+    snapshot = Delivery(thread_id="t1", step=1, lane="r:u", version=3, mode="snapshot", reason="bootstrap",
+                        cache_key=cache_key("markdown", "x"), contents="x",
+                        attributes=Attributes(format="markdown", scope="resource"))
+    forged = [json.loads(encode_json(snapshot)) | {"baseVersion": 1},
+              json.loads(encode_json(snapshot)) | {"attributes": {"format": "markdown", "scope": "resource",
+                                                                  "patch": "unified-diff"}},
+              json.loads(encode_json(snapshot)) | {"mode": "delta"}]
+    for raw in forged:
+        entry_id = await redis.xadd(stream, {FIELD: json.dumps(raw)})
+        with pytest.raises(CorruptDataError, match=entry_id):
+            await log.read("t1")
+        await redis.xdel(stream, entry_id)
