@@ -9,10 +9,11 @@ version it applies to (``baseVersion``) and carries every version after it up to
 
 Nothing read back is trusted: an entry that is not a delivery record of this thread (no
 ``e`` field, not UTF-8, not JSON, wrong types, another thread's id, a version outside
-1..2**53, a base version not below the version, a lane that is not a lane id), or a
-chain that does not rebuild (a delta that does not apply, a text that does not match its
-cacheKey), raises
-:class:`~signals.errors.CorruptDataError` naming the stream and the entry id. The log is
+1..2**53, a base version not below the version, a lane that is not a lane id, a
+snapshot with a patch kind or a base version, a delta without a patch kind), or a chain
+that does not rebuild (a delta that does not apply, a text that does not match its
+cacheKey), raises :class:`~signals.errors.CorruptDataError` naming the stream and the
+entry id. The log is
 evidence of what a model saw: a reader is told that it was tampered with, not handed a
 guess (the CLI maps it to exit 2).
 
@@ -194,6 +195,11 @@ def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
     if not 0 <= record.step <= MAX_VERSION or not 1 <= record.version <= MAX_VERSION:
         raise CorruptDataError(f"{where}: step {str(record.step)[:40]} or version {str(record.version)[:40]} "
                                "is out of range")
+    if (record.mode == "delta") != (record.attributes.patch is not None) or \
+            (record.mode == "snapshot" and record.base_version is not None):
+        raise CorruptDataError(f"{where}: a {record.mode} record with patch {record.attributes.patch!r} and "
+                               f"baseVersion {str(record.base_version)[:40]}: a snapshot has neither, "
+                               "a delta has a patch kind")
     if record.base_version is not None and not 0 < record.base_version < record.version:
         raise CorruptDataError(f"{where}: baseVersion {str(record.base_version)[:40]} is not a version "
                                f"below {record.version}")
