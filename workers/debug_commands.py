@@ -88,11 +88,6 @@ def _replay_items(signals: list[tuple[str, Signal]], verify: bool) -> Iterator[M
         yield from materialise(signals, verify=verify)
 
 
-def _literal(text: str) -> str:
-    """``text`` when it is printable, else its escaped form (no control character reaches the terminal)."""
-    return text if text.isprintable() else repr(text)[1:-1]
-
-
 def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery],
           truth: DocumentState | None = None) -> int:
     """Print or verify; with ``truth`` (``--verify`` against Redis) the latest signal is also
@@ -277,6 +272,11 @@ def _need_id(args: argparse.Namespace) -> str:
     if not args.id:
         raise InvalidInputError(f"dlq {args.action} needs a dead-letter id (see 'dlq list')")
     return str(args.id)
+
+
+def _literal(text: str) -> str:
+    """``text`` when it is printable, else its escaped form (no control character reaches the terminal)."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 def register(sub: Any) -> None:
