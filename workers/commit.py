@@ -12,6 +12,12 @@ types, compare-and-sets on the tracking and checks the signal stream still ends 
 tracked signal; a lane that fails a check comes back with a status and is recomputed.
 Whole-server errors (unreachable, out of memory, loading, read-only) propagate to the
 supervisor, which backs off and retries.
+
+The steady state skips reading the documents: when a lane's events in the batch simply
+extend the chain the worker last committed (:func:`steady_document`), the lane is planned
+against the document they imply, and the commit script checks, atomically with the
+commit, that the document index agrees (:func:`steady_check`). A lane whose check fails
+is written not at all and comes back ``unverified``, to be planned from its document.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from signals.streams.keys import GROUP, Keys
 from workers.faults import raise_whole_server
 from workers.lane_state import LaneState, Pending
 
-__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "run_commits")
+__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "run_commits", "steady_check", "steady_document")
 
 @dataclass(slots=True)
 class BatchStats:
@@ -45,6 +51,8 @@ class BatchStats:
     dead_letters: int = 0
     conflicts: int = 0
     repairs: int = 0
+    unverified: int = 0
+    """Steady-state commits whose document check failed (the lane was planned again from its document)."""
 
     def add(self, other: BatchStats) -> None:
         """Accumulate another batch's counters."""
@@ -65,6 +73,8 @@ class LaneCommit:
     acks: list[str] = field(default_factory=list)
     stats: BatchStats = field(default_factory=BatchStats)
     final: LaneTracking = field(default_factory=LaneTracking)
+    check: dict[str, Any] | None = None
+    """What a steady-state plan assumed of the document (see :func:`steady_check`)."""
 
     def payload(self) -> dict[str, Any]:
         """The lane's item in the commit script's JSON argument (fields by name)."""
@@ -81,6 +91,7 @@ class LaneCommit:
             "macs": self.macs,
             "snapshot": self.snapshots,
             "acks": self.acks,
+            "check": self.check or False,
         }
 
 
@@ -141,6 +152,48 @@ def plan_lane(
     commit.entries = [pending for pending in entries if pending.entry_id in acked]
     commit.final = tracking
     return commit, poison
+
+
+def steady_document(lane: str, entries: list[Pending], tracking: LaneTracking) -> LaneDocument | None:
+    """The document a lane's batch implies in the steady state, or ``None`` when it is not.
+
+    The steady state: ``entries`` (sorted by version) follow one another from the last
+    event the worker committed, each naming the one before it (field ``p``) with a
+    higher version, all of one format and owner. Were they genuine, the document would be
+    at the newest of them; :func:`plan_lane` against that document then signals each of
+    them, exactly as against the real one. Nothing here is trusted: a forged event can
+    name any ``p``. The commit script checks the real document (:func:`steady_check`) and
+    commits nothing of the lane when it disagrees.
+    """
+    prev, version = tracking.write_event, tracking.write_version
+    if not prev:
+        return None
+    first = entries[0].event
+    for pending in entries:
+        event = pending.event
+        if (pending.prev != prev or event.version <= version or event.format != first.format
+                or event.resource_id != first.resource_id):
+            return None
+        prev, version = pending.entry_id, event.version
+    thread_id = first.thread_id if first.scope == "thread" else None
+    return LaneDocument(lane, None, version, first.format, first.scope, first.resource_id, thread_id, prev)
+
+
+def steady_check(keys: Keys, doc: LaneDocument, head: str | None) -> dict[str, Any]:
+    """What the commit script verifies of a lane planned against :func:`steady_document`.
+
+    Its document index entry must be of the events' format at or past their version, a
+    thread lane's owner record must name the events' resource, and the chain walked back
+    from the entry's event must reach the batch's newest event, or ``head`` (an id an
+    earlier walk found on the chain, given only when that walk placed the batch's
+    events), within a few steps. Then the batch's events are the lane's genuine writes
+    and the plan is the one the careful path would make.
+    """
+    thread = doc.scope == "thread"
+    return {"lane": doc.lane, "version": doc.version, "format": doc.format,
+            "stops": [doc.eid, head] if head else [doc.eid],
+            "thread": keys.thread(doc.lane[2:]) if thread else False,
+            "owner": doc.resource_id if thread else False}
 
 
 def _emit(
@@ -231,7 +284,8 @@ async def run_commits(
             script_keys = [keys.writes(partition)]
             for c in commits:
                 script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
-            await queue_script(pipe, script, script_keys, [GROUP, keep, encode_json([c.payload() for c in commits])])
+            await queue_script(pipe, script, script_keys, [GROUP, keep, encode_json([c.payload() for c in commits]),
+                                                           keys.documents(partition)])
         if read_ahead is not None:
             consumer, streams, count = read_ahead
             pipe.xreadgroup(GROUP, consumer, dict.fromkeys(streams, ">"), count=count)

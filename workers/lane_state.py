@@ -80,7 +80,8 @@ async def read_lanes(
     document index per partition) and tracking (cache, else Redis), in one pipeline.
 
     ``lanes`` maps lane -> partition. ``force`` maps a lane to the commit status that
-    sent it back (``resnap``, ``type`` or ``reset``): its tracking is read afresh and repaired. A
+    sent it back (``resnap``, ``type`` or ``reset``): its tracking is read afresh and repaired
+    (``unverified``, a steady-state check that failed, keeps the cached tracking). A
     lane missing from the index, or whose entry does not parse, has its document hash
     read (:func:`load_documents`); so does any lane :func:`plan_lane` needs the text of.
     """
@@ -90,7 +91,7 @@ async def read_lanes(
         by_partition[partition].append(lane)
     misses: list[str] = []
     for lane in lanes:
-        cached = None if lane in force else cache.get(lane)
+        cached = None if force.get(lane, "unverified") != "unverified" else cache.get(lane)
         if cached is None:
             misses.append(lane)
         else:
@@ -245,10 +246,11 @@ async def _base_values(cache: TrackingCache, states: dict[str, LaneState]) -> No
 
 async def walk_chains(
     redis: Client, keys: Keys, script: Any, states: dict[str, LaneState], *, by_lane: dict[str, list[Pending]],
-    known: dict[str, set[str]], limit: int = 256,
+    known: dict[str, set[str]], heads: dict[str, str] | None = None, limit: int = 256,
 ) -> None:
     """Walk back from the documents' events that are past the batch (one read-only script
-    per partition) and add the genuine ids found to ``known[lane]``.
+    per partition) and add the genuine ids found to ``known[lane]`` (and the document's
+    event, where the walk started, to ``heads[lane]``: see :func:`workers.commit.steady_check`).
 
     A walk stops at the batch's events, the last processed event or an id already known.
     Lanes more than ``limit`` writes ahead are left as they are: their events cannot be
@@ -272,10 +274,17 @@ async def walk_chains(
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
     for (_, lanes), reply in zip(todo.items(), replies, strict=True):
-        if not isinstance(reply, list):
-            continue
-        for (lane, _), path in zip(lanes, reply, strict=True):
-            if path and path[0]:  # reached the batch or a known id: the whole path is genuine
-                known.setdefault(lane, set()).update(str(i) for i in path)
+        if isinstance(reply, list):
+            _record_paths([lane for lane, _ in lanes], reply, known, heads)
+
+
+def _record_paths(lanes: list[str], paths: list[Any], known: dict[str, set[str]], heads: dict[str, str] | None) -> None:
+    """Keep the ids of the walks that reached a stop (the batch or a known id: the whole
+    path is genuine), and where each started."""
+    for lane, path in zip(lanes, paths, strict=True):
+        if path and path[0]:
+            known.setdefault(lane, set()).update(str(i) for i in path)
+            if heads is not None and len(path) > 1:
+                heads[lane] = str(path[1])
 
 
