@@ -288,8 +288,8 @@ async def walk_chains(
             items = [{"start": cast(LaneDocument, states[lane].doc).eid, "stops": stops} for lane, stops in lanes]
             args: list[str | int] = [limit, encode_json(items)]
             if ahead[partition] >= _BULK_MIN_STEPS:
-                newest = "-".join(map(str, top[partition]))
-                args += [newest, min(2 * ahead[partition], _BULK_MAX_ENTRIES)]
+                top_id = "-".join(map(str, top[partition]))
+                args += [top_id, min(2 * ahead[partition], _BULK_MAX_ENTRIES)]
             await queue_script(pipe, script, [keys.writes(partition)], args)
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
