@@ -102,8 +102,8 @@ SCRIPTS: Mapping[str, Script] = {
         "sig": ("type", "del", "xrevrange", "xadd", "xtrim"),
         "snaps": ("type", "del", "rpush", "llen", "lpop", "lindex")},
         reads={"docs": ("hmget",), "thread": ("hget",)}),
-    # KEYS: writes (read-only walk of a lane's event chain)
-    "chain": Script(("writes",), {"writes": ("xrange",)}),
+    # KEYS: writes (read-only walk of a lane's event chain; a backlog's stretch read in chunks first)
+    "chain": Script(("writes",), {"writes": ("xrange", "xrevrange")}),
     # KEYS: writes, dlq, fails
     "dead_letter": Script(("writes", "dlq", "fails"), {
         "writes": ("xack",), "dlq": ("xadd",), "fails": ("hdel",)}),
