@@ -87,7 +87,7 @@ class LaneCommit:
             "repair": int(state.repair is not None),
             "reset": int(state.reset),
             "fields": self.final.fields(),
-            "signals": self.signals,
+            "signals": len(self.signals),  # the texts travel as arguments of their own (see run_commits)
             "macs": self.macs,
             "snapshot": self.snapshots,
             "acks": self.acks,
@@ -278,14 +278,21 @@ async def run_commits(
 ) -> tuple[list[list[list[str]] | Exception], object]:
     """One commit script per partition in one pipeline, plus the read-ahead XREADGROUP
     (``(consumer, streams, count)``) when given. Returns each script's per-lane statuses
-    (or its error) and the read-ahead reply (or error)."""
+    (or its error) and the read-ahead reply (or error).
+
+    The lanes' signal texts follow the script's JSON argument as arguments of their own:
+    escaped into it, they cost more to encode here and to decode in the script than
+    anything else either does with them."""
     async with redis.pipeline(transaction=False) as pipe:
         for partition, commits in order:
             script_keys = [keys.writes(partition)]
             for c in commits:
                 script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
-            await queue_script(pipe, script, script_keys, [GROUP, keep, encode_json([c.payload() for c in commits]),
-                                                           keys.documents(partition)])
+            args: list[str | int] = [GROUP, keep, encode_json([c.payload() for c in commits]),
+                                     keys.documents(partition)]
+            for c in commits:
+                args += c.signals
+            await queue_script(pipe, script, script_keys, args)
         if read_ahead is not None:
             consumer, streams, count = read_ahead
             pipe.xreadgroup(GROUP, consumer, dict.fromkeys(streams, ">"), count=count)

@@ -105,6 +105,7 @@ class Consumer:
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = redis.register_script(lua("dead_letter"))
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
+        self._lanes: dict[str, int] = {}  # lane -> its partition, for lanes whose id passed validate_id
 
     async def ensure_groups(self) -> None:
         """Create the consumer group on every partition stream (from the start; idempotent).
@@ -254,9 +255,13 @@ class Consumer:
         owner = event.resource_id if event.scope == "resource" else event.thread_id
         if not owner or event.lane != _LANE_PREFIX[event.scope] + owner:
             raise ValueError(f"lane {event.lane[:80]!r} does not match its scope and ids")
-        validate_id(owner, "the event's " + event.scope + " id")
-        if self.keys.partition(event.lane) != partition:
-            raise ValueError(f"lane {event.lane[:80]!r} does not belong to partition {partition}")
+        if self._lanes.get(event.lane) != partition:  # each lane's id and partition checked once
+            validate_id(owner, "the event's " + event.scope + " id")
+            if self.keys.partition(event.lane) != partition:
+                raise ValueError(f"lane {event.lane[:80]!r} does not belong to partition {partition}")
+            if len(self._lanes) >= self.options.tracking_cache:
+                self._lanes.clear()
+            self._lanes[event.lane] = partition
         return event, prev
 
     async def _compute_and_commit(

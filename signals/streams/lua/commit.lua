@@ -17,8 +17,11 @@
 --   repair     1: delete lane keys of the wrong type, and with reset=1 the signal stream and
 --              snapshot list, before appending (the first signal is then a snapshot)
 --   fields     the tracking hash to store, by name
---   signals, macs, snapshot, acks   the signal JSONs, their MACs ('' = none), 0/1 per
---              signal, the write entry ids to acknowledge
+--   signals    the number of the lane's signals: their JSON texts follow the JSON array as
+--              arguments of their own (ARGV 5...), lane after lane (escaped into the array,
+--              their decoding cost the script more than anything else it does with them)
+--   macs, snapshot, acks   the signals' MACs ('' = none), 0/1 per signal, the write
+--              entry ids to acknowledge
 --   check      false, or (a lane planned without reading its document: the steady state)
 --              what the plan assumed, verified here before anything of the lane is written:
 --              lane, version (the batch's highest of the lane), format, stops (ids known to
@@ -36,6 +39,15 @@ local keep = tonumber(ARGV[2])
 local lanes = cjson.decode(ARGV[3])
 local wanted = {'hash', 'stream', 'list'}
 local walk_limit = 32
+local next_signal = 5
+for _, lane in ipairs(lanes) do
+  local texts = {}
+  for s = 1, lane.signals do
+    texts[s] = ARGV[next_signal]
+    next_signal = next_signal + 1
+  end
+  lane.signals = texts
+end
 
 local function is_id(s)
   return type(s) == 'string' and string.match(s, '^%d+%-%d+$') ~= nil
