@@ -148,8 +148,9 @@ def plan_lane(
             tracking = msgspec.structs.replace(tracking, value=None,
                                                write_version=min(tracking.write_version, doc.version - 1))
         tracking = _emit(commit, tracking, doc.event(), doc.eid, options=options, now=now, signer=signer)
-    acked = set(commit.acks)
-    commit.entries = [pending for pending in entries if pending.entry_id in acked]
+    if poison:  # else every entry is acknowledged
+        acked = set(commit.acks)
+        commit.entries = [pending for pending in entries if pending.entry_id in acked]
     commit.final = tracking
     return commit, poison
 

@@ -57,7 +57,7 @@ def is_stream_id(value: str) -> bool:
     faster); a part of fewer than 20 digits is below 2**64 without converting it.
     """
     ms, sep, seq = value.partition("-")
-    if not (sep and ms.isascii() and ms.isdigit() and seq.isascii() and seq.isdigit()):
+    if not (sep and value.isascii() and ms.isdigit() and seq.isdigit()):
         return False
     if len(ms) < _U64_DIGITS and len(seq) < _U64_DIGITS:
         return True
