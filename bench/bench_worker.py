@@ -63,21 +63,28 @@ from workers import runtime
 from workers.settings import Settings
 from workers.supervisor import run_worker
 
+async def server_cpu(redis):
+    info = await redis.info("cpu")
+    return info["used_cpu_sys"] + info["used_cpu_user"]
+
 async def main(url, namespace, partitions, writes):
     redis = connect(url)
     settings = Settings(redis_url=url, namespace=namespace, partitions=partitions, batch=1000)
     stop = anyio.Event()
-    start = time.perf_counter()
+    redis_cpu = await server_cpu(redis)
+    cpu, start = time.process_time(), time.perf_counter()
     async with anyio.create_task_group() as tg:
         consumer = await tg.start(lambda task_status: run_worker(
             redis, settings, name="bench", stop=stop, handle_signals=False, task_status=task_status))
         while consumer.stats.events < writes:
             await anyio.sleep(0.005)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        redis_cpu = await server_cpu(redis) - redis_cpu
         stop.set()
     await redis.aclose()
     s = consumer.stats
-    print("BENCH-RESULT " + json.dumps({"eps": writes / elapsed, "signals": s.signals, "deltas": s.deltas,
+    print("BENCH-RESULT " + json.dumps({"eps": writes / elapsed, "cpu_us": (cpu + redis_cpu) / writes * 1e6,
+                                        "signals": s.signals, "deltas": s.deltas,
                                         "snapshots": s.snapshots, "skipped": s.skipped}), flush=True)
 
 runtime.tune_gc()
@@ -148,13 +155,19 @@ def _child_env(tree: Path) -> dict[str, str]:
     return env
 
 
-async def _minimal(url: str, keys: Keys, writes: int) -> float:
+async def _server_cpu(redis: Any) -> float:
+    info = await redis.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+async def _minimal(url: str, keys: Keys, writes: int) -> dict[str, float]:
     redis = connect(url)
     streams = keys.all_writes()
     for stream in streams:
         await redis.xgroup_create(stream, "minimal", id="0")
     done = 0
-    start = time.perf_counter()
+    redis_cpu = await _server_cpu(redis)
+    cpu, start = time.process_time(), time.perf_counter()
     while done < writes:
         reply = await redis.xreadgroup("minimal", "m", dict.fromkeys(streams, ">"), count=1000, block=100)
         async with redis.pipeline(transaction=False) as pipe:
@@ -164,9 +177,10 @@ async def _minimal(url: str, keys: Keys, writes: int) -> float:
                     pipe.xack(stream, "minimal", entry_id)
                     done += 1
             await pipe.execute()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    redis_cpu = await _server_cpu(redis) - redis_cpu
     await redis.aclose()
-    return writes / elapsed
+    return {"eps": writes / elapsed, "cpu_us": (cpu + redis_cpu) / writes * 1e6}
 
 
 def _redis_benchmark(port: int, requests: int) -> float | None:
@@ -205,32 +219,44 @@ def _pre_validation_tree() -> Iterator[tuple[Path | None, str]]:
 
 def run(writes: int = 100_000, lanes: int = 1_000, rounds: int = 3) -> dict[str, Any]:
     """Measure every contender ``rounds`` times, each on a fresh server with the same
-    backlog; returns the median figures and the per-round ratios' medians."""
+    backlog, back to back (the order turned round every other round, so that a drift
+    of the host's load does not favour one); returns medians and the per-round ratios'
+    medians, of events/s and of CPU (worker process plus Redis server) per event."""
     keys = Keys("bench", 16)
-    workers: list[float] = []
-    olds: list[float] = []
-    minimals: list[float] = []
-    stats: dict[str, Any] = {}
+    runs: dict[str, list[dict[str, Any]]] = {"worker": [], "pre": [], "minimal": []}
     raw = None
     with _pre_validation_tree() as (old_tree, skipped):
-        for _ in range(rounds):
-            with _backlog(keys, writes, lanes) as server:
-                minimals.append(runtime.run(_minimal, server.url, keys, writes))
-            if old_tree is not None:
+        contenders = ["minimal", *(["pre"] if old_tree is not None else []), "worker"]
+        for n in range(rounds):
+            for name in contenders if n % 2 == 0 else contenders[::-1]:
                 with _backlog(keys, writes, lanes) as server:
-                    olds.append(_worker(old_tree, server.url, keys, writes)["eps"])
-            with _backlog(keys, writes, lanes) as server:
-                stats = _worker(ROOT, server.url, keys, writes)
-                workers.append(stats["eps"])
-                if raw is None:
-                    raw = _redis_benchmark(server.port, max(writes, 10_000))
-    ratio = statistics.median(w / m for w, m in zip(workers, minimals, strict=True))
-    ratio_old = statistics.median(w / o for w, o in zip(workers, olds, strict=True)) if olds else None
-    return {"writes": writes, "lanes": lanes, "rounds": rounds, "worker_eps": statistics.median(workers),
-            "minimal_eps": statistics.median(minimals), "pre_validation_eps": statistics.median(olds) if olds else None,
-            "ratio": ratio, "ratio_pre_validation": ratio_old, "pre_validation_skipped": skipped,
-            "pre_validation_commit": PRE_VALIDATION[:7], "per_round": list(zip(workers, olds or [None] * rounds,
-                                                                               minimals, strict=True)),
+                    if name == "minimal":
+                        runs[name].append(runtime.run(_minimal, server.url, keys, writes))
+                    else:
+                        tree = old_tree if name == "pre" and old_tree is not None else ROOT
+                        runs[name].append(_worker(tree, server.url, keys, writes))
+                    if name == "worker" and raw is None:
+                        raw = _redis_benchmark(server.port, max(writes, 10_000))
+    worker, pre, minimal = runs["worker"], runs["pre"], runs["minimal"]
+
+    def ratio(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> float | None:
+        return statistics.median(x[key] / y[key] for x, y in zip(a, b, strict=True)) if b else None
+
+    def median(rows: list[dict[str, Any]], key: str) -> float | None:
+        return statistics.median(r[key] for r in rows) if rows else None
+
+    stats = worker[-1]
+    return {"writes": writes, "lanes": lanes, "rounds": rounds,
+            "worker_eps": median(worker, "eps"), "minimal_eps": median(minimal, "eps"),
+            "pre_validation_eps": median(pre, "eps"), "ratio": ratio(worker, minimal, "eps"),
+            "ratio_pre_validation": ratio(worker, pre, "eps"),
+            "worker_cpu_us": median(worker, "cpu_us"), "pre_validation_cpu_us": median(pre, "cpu_us"),
+            "minimal_cpu_us": median(minimal, "cpu_us"),
+            # CPU per event, the pre-validation worker's over this one's: > 1 when this one costs less
+            "cpu_ratio_pre_validation": ratio(pre, worker, "cpu_us"),
+            "pre_validation_skipped": skipped, "pre_validation_commit": PRE_VALIDATION[:7],
+            "per_round": [(w["eps"], p["eps"] if pre else None, m["eps"])
+                          for w, p, m in zip(worker, pre or [{}] * rounds, minimal, strict=True)],
             "redis_benchmark_xadd_p16": raw, "signals": stats["signals"], "deltas": stats["deltas"],
             "snapshots": stats["snapshots"], "skipped": stats["skipped"]}
 
@@ -249,6 +275,9 @@ def main() -> None:
     if r["pre_validation_eps"] is not None:
         print(f"pre-validation worker ({r['pre_validation_commit']}): {r['pre_validation_eps']:>10,.0f} events/s   "
               f"worker/pre-validation = {r['ratio_pre_validation']:.2f}x")
+        print(f"CPU per event (worker + Redis): {r['worker_cpu_us']:.1f} us, pre-validation "
+              f"{r['pre_validation_cpu_us']:.1f} us (pre-validation/worker = {r['cpu_ratio_pre_validation']:.2f}x), "
+              f"minimal loop {r['minimal_cpu_us']:.1f} us")
     else:
         print(f"pre-validation worker: skipped ({r['pre_validation_skipped']})")
     print(f"minimal loop:  {r['minimal_eps']:>10,.0f} events/s   worker/minimal = {r['ratio']:.2f}x")
