@@ -37,7 +37,8 @@ from signals.streams.keys import GROUP, Keys
 from workers.faults import raise_whole_server
 from workers.lane_state import LaneState, Pending
 
-__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "run_commits", "steady_check", "steady_document")
+__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "plan_steady", "run_commits", "steady_check",
+           "steady_document")
 
 @dataclass(slots=True)
 class BatchStats:
@@ -178,6 +179,30 @@ def steady_document(lane: str, entries: list[Pending], tracking: LaneTracking) -
         prev, version = pending.entry_id, event.version
     thread_id = first.thread_id if first.scope == "thread" else None
     return LaneDocument(lane, None, version, first.format, first.scope, first.resource_id, thread_id, prev)
+
+
+def plan_steady(
+    lane: str, doc: LaneDocument, tracking: LaneTracking, entries: list[Pending], *, options: LaneOptions, now: str,
+    signer: Signer | None,
+) -> LaneCommit:
+    """:func:`plan_lane` for a batch that :func:`steady_document` accepted, against the
+    document it returned: the same commit, without the checks that cannot fail there.
+
+    Against that document no event is refused (its version is the batch's highest, its
+    format and owner the events'), every event is on the chain (the document names the
+    newest, each names the one before, the first names the tracked event) and each is
+    past the tracked write version (versions increase from it): each is acknowledged and
+    advances the lane. A unit test holds the two equal.
+    """
+    commit = LaneCommit(lane, LaneState(doc=doc, tracking=tracking, expected=str(tracking.write_version or ""),
+                                        expected_version=str(tracking.version)), entries)
+    signals = len(commit.signals)
+    for pending in entries:
+        commit.acks.append(pending.entry_id)
+        tracking = _emit(commit, tracking, pending.event, pending.entry_id, options=options, now=now, signer=signer)
+    commit.stats.skipped += len(entries) - (len(commit.signals) - signals)  # unchanged cacheKey: deduplicated
+    commit.final = tracking
+    return commit
 
 
 def steady_check(keys: Keys, doc: LaneDocument, head: str | None) -> dict[str, Any]:

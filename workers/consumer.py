@@ -41,7 +41,7 @@ from signals.errors import GroupMissingError, WmSignalsError
 from signals.streams.client import Client, lua, now_iso
 from signals.streams.keys import GROUP, Keys, validate_id
 from workers.cache import TrackingCache
-from workers.commit import BatchStats, LaneCommit, plan_lane, run_commits, steady_check, steady_document
+from workers.commit import BatchStats, LaneCommit, plan_lane, plan_steady, run_commits, steady_check, steady_document
 from workers.faults import is_whole_server
 from workers.lane_state import LaneState, Pending, load_documents, read_lanes, walk_chains
 
@@ -291,25 +291,20 @@ class Consumer:
     def _plan_steady(self, lane: str, entries: list[Pending], now: str) -> LaneCommit | None:
         """Plan a lane in the steady state without reading Redis (its commit carries the
         check of its document); ``None``: the lane is not in the steady state, or its plan
-        would need more than the events (a dead letter, the document's text), or raised
-        (the careful path then decides, and counts the failure)."""
+        raised (the careful path then decides, and counts the failure: a forged event
+        that makes the compute raise must not count against the lane's genuine ones)."""
         tracking = self._cache.get(lane)
         if tracking is None or (tracking.version and tracking.value is None):
             return None
         doc = steady_document(lane, entries, tracking)
         if doc is None:
             return None
-        state = LaneState(doc=doc, tracking=tracking, expected=str(tracking.write_version or ""),
-                          expected_version=str(tracking.version))
-        known: Set[str] = self._known.get(lane, frozenset())
         try:
-            plan = plan_lane(lane, state, entries, options=self.options.lane, now=now, signer=self.signer, known=known)
+            commit = plan_steady(lane, doc, tracking, entries, options=self.options.lane, now=now, signer=self.signer)
         except Exception:  # noqa: BLE001 - not counted here: the careful path plans it again, and counts
             return None
-        if plan is None or plan[1]:
-            return None
-        commit = plan[0]
-        commit.check = steady_check(self.keys, doc, self._heads.get(lane) if doc.eid in known else None)
+        known = self._known.get(lane)
+        commit.check = steady_check(self.keys, doc, self._heads.get(lane) if known and doc.eid in known else None)
         return commit
 
     async def _plan_careful(
