@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import msgspec
+from redis import exceptions as redis_exc
+from redis.asyncio.cluster import RedisCluster
 
 from signals.core.codec import encode_json
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, advance
@@ -308,23 +310,46 @@ async def run_commits(
 
     The lanes' signal texts follow the script's JSON argument as arguments of their own:
     escaped into it, they cost more to encode here and to decode in the script than
-    anything else either does with them."""
+    anything else either does with them.
+
+    On one server the scripts go as plain EVALSHA: redis-py would otherwise send SCRIPT
+    EXISTS before every pipeline holding a script (a round trip per batch). A partition
+    whose script the server does not have (NOSCRIPT: it was restarted or flushed; the
+    script did not run) is committed again once the script is loaded."""
+    calls = [_commit_call(keys, partition, commits, keep) for partition, commits in order]
+    plain = not isinstance(redis, RedisCluster)
     async with redis.pipeline(transaction=False) as pipe:
-        for partition, commits in order:
-            script_keys = [keys.writes(partition)]
-            for c in commits:
-                script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
-            args: list[str | int] = [GROUP, keep, encode_json([c.payload() for c in commits]),
-                                     keys.documents(partition)]
-            for c in commits:
-                args += c.signals
-            await queue_script(pipe, script, script_keys, args)
+        for script_keys, args in calls:
+            if plain:
+                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
+            else:
+                await queue_script(pipe, script, script_keys, args)
         if read_ahead is not None:
             consumer, streams, count = read_ahead
             pipe.xreadgroup(GROUP, consumer, dict.fromkeys(streams, ">"), count=count)
         results = list(await pipe.execute(raise_on_error=False))
     ahead: object = results.pop() if read_ahead is not None else None
+    missing = [n for n, result in enumerate(results) if isinstance(result, redis_exc.NoScriptError)]
+    if missing:
+        await redis.script_load(script.script)
+        async with redis.pipeline(transaction=False) as pipe:
+            for n in missing:
+                script_keys, args = calls[n]
+                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
+            for n, result in zip(missing, await pipe.execute(raise_on_error=False), strict=True):
+                results[n] = result
     raise_whole_server(results)
     return cast(list[list[list[str]] | Exception], results), ahead
+
+
+def _commit_call(keys: Keys, partition: int, commits: list[LaneCommit], keep: int) -> tuple[list[str], list[str | int]]:
+    """One partition's commit script call: its keys and arguments."""
+    script_keys = [keys.writes(partition)]
+    for c in commits:
+        script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
+    args: list[str | int] = [GROUP, keep, encode_json([c.payload() for c in commits]), keys.documents(partition)]
+    for c in commits:
+        args += c.signals
+    return script_keys, args
 
 
