@@ -39,6 +39,10 @@ log = structlog.get_logger(__name__)
 
 #: How far past its own tracking a re-snapshot numbers to clear a tail it did not write.
 _MAX_JUMP = 1_000
+#: Chain walks of a partition reading the stream in bulk first: from this many steps
+#: together (below, one XRANGE per step costs less), reading at most this many entries.
+_BULK_MIN_STEPS = 64
+_BULK_MAX_ENTRIES = 20_000
 
 
 @dataclass(slots=True)
@@ -80,7 +84,8 @@ async def read_lanes(
     document index per partition) and tracking (cache, else Redis), in one pipeline.
 
     ``lanes`` maps lane -> partition. ``force`` maps a lane to the commit status that
-    sent it back (``resnap``, ``type`` or ``reset``): its tracking is read afresh and repaired. A
+    sent it back (``resnap``, ``type`` or ``reset``): its tracking is read afresh and repaired
+    (``unverified``, a steady-state check that failed, keeps the cached tracking). A
     lane missing from the index, or whose entry does not parse, has its document hash
     read (:func:`load_documents`); so does any lane :func:`plan_lane` needs the text of.
     """
@@ -90,7 +95,7 @@ async def read_lanes(
         by_partition[partition].append(lane)
     misses: list[str] = []
     for lane in lanes:
-        cached = None if lane in force else cache.get(lane)
+        cached = None if force.get(lane, "unverified") != "unverified" else cache.get(lane)
         if cached is None:
             misses.append(lane)
         else:
@@ -245,37 +250,61 @@ async def _base_values(cache: TrackingCache, states: dict[str, LaneState]) -> No
 
 async def walk_chains(
     redis: Client, keys: Keys, script: Any, states: dict[str, LaneState], *, by_lane: dict[str, list[Pending]],
-    known: dict[str, set[str]], limit: int = 256,
+    known: dict[str, set[str]], heads: dict[str, str] | None = None, limit: int = 256,
 ) -> None:
     """Walk back from the documents' events that are past the batch (one read-only script
-    per partition) and add the genuine ids found to ``known[lane]``.
+    per partition) and add the genuine ids found to ``known[lane]`` (and the document's
+    event, where the walk started, to ``heads[lane]``: see :func:`workers.commit.steady_check`).
 
     A walk stops at the batch's events, the last processed event or an id already known.
     Lanes more than ``limit`` writes ahead are left as they are: their events cannot be
     placed, and the worker catches up to the document instead (one signal for the backlog).
+
+    Where the lanes of a partition are, together, at least :data:`_BULK_MIN_STEPS` writes
+    ahead (a backlog: the documents are past the whole batch), the script first reads the
+    stream downward from the newest document event in chunks, up to twice that many
+    entries, and steps through what it read without one XRANGE per step.
     """
     todo: dict[int, list[tuple[str, list[str]]]] = defaultdict(list)
+    ahead: dict[int, int] = defaultdict(int)
+    top: dict[int, tuple[int, int]] = {}
     for lane, entries in by_lane.items():
         state, ids, seen = states[lane], {e.entry_id for e in entries}, known.get(lane, set())
         doc, tracking = state.doc, state.tracking or LaneTracking()
         if doc is None or not doc.eid or doc.eid in ids or doc.eid in seen or doc.eid == tracking.write_event:
             continue
-        if any(e.event.version > tracking.write_version for e in entries):
+        newest = max(e.event.version for e in entries)
+        if newest > tracking.write_version:
             stops = [*ids, *seen, *([tracking.write_event] if tracking.write_event else [])]
-            todo[entries[0].partition].append((lane, stops))
+            partition = entries[0].partition
+            todo[partition].append((lane, stops))
+            ahead[partition] += max(doc.version - newest, 1)
+            ms, _, seq = doc.eid.partition("-")
+            top[partition] = max(top.get(partition, (0, 0)), (int(ms), int(seq)))
     if not todo:
         return
     async with redis.pipeline(transaction=False) as pipe:
         for partition, lanes in todo.items():
             items = [{"start": cast(LaneDocument, states[lane].doc).eid, "stops": stops} for lane, stops in lanes]
-            await queue_script(pipe, script, [keys.writes(partition)], [limit, encode_json(items)])
+            args: list[str | int] = [limit, encode_json(items)]
+            if ahead[partition] >= _BULK_MIN_STEPS:
+                top_id = "-".join(map(str, top[partition]))
+                args += [top_id, min(2 * ahead[partition], _BULK_MAX_ENTRIES)]
+            await queue_script(pipe, script, [keys.writes(partition)], args)
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
     for (_, lanes), reply in zip(todo.items(), replies, strict=True):
-        if not isinstance(reply, list):
-            continue
-        for (lane, _), path in zip(lanes, reply, strict=True):
-            if path and path[0]:  # reached the batch or a known id: the whole path is genuine
-                known.setdefault(lane, set()).update(str(i) for i in path)
+        if isinstance(reply, list):
+            _record_paths([lane for lane, _ in lanes], reply, known, heads)
+
+
+def _record_paths(lanes: list[str], paths: list[Any], known: dict[str, set[str]], heads: dict[str, str] | None) -> None:
+    """Keep the ids of the walks that reached a stop (the batch or a known id: the whole
+    path is genuine), and where each started."""
+    for lane, path in zip(lanes, paths, strict=True):
+        if path and path[0]:
+            known.setdefault(lane, set()).update(str(i) for i in path)
+            if heads is not None and len(path) > 1:
+                heads[lane] = str(path[1])
 
 

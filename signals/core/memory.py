@@ -167,13 +167,14 @@ def parse_merge_input(update: str | dict[str, Any]) -> dict[str, Any]:
             represent exactly, or nested too deeply (see :func:`check_json_value`).
     """
     if isinstance(update, str):
+        text = update
         try:
-            update = decode_json(update)
+            update = decode_json(text)
         except msgspec.DecodeError as e:
-            lone = lone_surrogate_escape(update)
+            lone = lone_surrogate_escape(text)
             if lone is not None:  # msgspec reports these as "Input data was truncated"
                 raise InvalidInputError(
-                    f"merge input holds the escape {lone} at character {update.index(lone)}: a lone "
+                    f"merge input holds the escape {lone} at character {text.index(lone)}: a lone "
                     "surrogate (half of a UTF-16 pair) has no UTF-8 form and cannot be stored") from e
             raise InvalidInputError(f"merge input is not valid JSON: {e}") from e
     if not isinstance(update, dict):
