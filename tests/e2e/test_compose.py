@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -270,13 +271,27 @@ def test_worker_healthcheck_passes_with_live_workers(stack: Stack, workers: dict
 
 @pytest.mark.parametrize("path", ["/livez", "/readyz", "/metrics"])
 def test_worker_metrics_endpoint(stack: Stack, workers: dict[str, subprocess.Popen[bytes]], path: str) -> None:
-    """Each worker serves its health and metrics on the port the compose file gives it."""
+    """Each worker serves its health and metrics on the port the compose file gives it.
+
+    A worker is ready once its monitor has checked Redis (one ``health_interval_s`` tick
+    after start; a probe's ``initialDelaySeconds`` covers that), so the probe is retried
+    for a bounded time, as Kubernetes and compose retry theirs."""
     for name in workers:
         url = f"http://127.0.0.1:{stack.metrics_ports[name]}{path}"
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            assert reply.status == 200
-            if path == "/metrics":
-                assert "wm_signals_up 1.0" in reply.read().decode()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as reply:
+                    body = reply.read().decode()
+                    status = reply.status
+            except urllib.error.HTTPError as e:
+                body, status = e.read().decode(), e.code
+            if status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert status == 200, f"{name} {path}: {status} {body}"
+        if path == "/metrics":
+            assert "wm_signals_up 1.0" in body
 
 
 def test_agent_service_runs_on_the_workers(stack: Stack, workers: dict[str, subprocess.Popen[bytes]]) -> None:
