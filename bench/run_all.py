@@ -64,7 +64,7 @@ def main() -> None:
     out("# Benchmarks")
     out()
     out(f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on: {_machine()}.")
-    out("Regenerate with `make bench` (1.5-4 minutes here, depending on the machine's load). Every figure is "
+    out("Regenerate with `make bench` (about 15 minutes here, depending on the machine's load). Every figure is "
         "measured in the same run as its baseline; absolute figures move with the host's load (the same code "
         "measured about half these rates on a busier day), the ratios much less.")
     out()
