@@ -21,7 +21,7 @@ import os
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Set
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
@@ -103,7 +103,7 @@ class Consumer:
         self.stats = BatchStats()
         self._commit = redis.register_script(lua("commit"))
         self._chain = redis.register_script(lua("chain"))
-        self._known: dict[str, set[str]] = {}  # lane -> write events found genuine by a chain walk
+        self._known: dict[str, dict[str, str]] = {}  # lane -> links found by chain walks (id -> its p)
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = redis.register_script(lua("dead_letter"))
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
@@ -282,12 +282,12 @@ class Consumer:
         for lane, lane_entries in by_lane.items():
             lane_entries.sort(key=lambda e: e.event.version)
             planned[lane] = await self._plan(lane, states[lane], lane_entries, stats, now,
-                                             known=self._known.get(lane, frozenset()))
+                                             known=self._known.get(lane))
         needs_text = [lane for lane, plan in planned.items() if plan is None]
         await load_documents(self.redis, self.keys, states, needs_text)
         for lane in needs_text:
             planned[lane] = await self._plan(lane, states[lane], by_lane[lane], stats, now,
-                                           known=self._known.get(lane, frozenset()))
+                                           known=self._known.get(lane))
         for lane, plan in planned.items():
             if not plan:  # failed (retried later), or still without its text
                 continue
@@ -303,7 +303,7 @@ class Consumer:
 
     async def _plan(
         self, lane: str, state: LaneState, lane_entries: list[Pending], stats: BatchStats, now: str, *,
-        known: Set[str],
+        known: Mapping[str, str] | None,
     ) -> _Plan:
         """Plan one lane (``None``: it needs its document's text); a lane whose planning
         raises has its events retried (then dead-lettered) and is left out (``False``)."""
@@ -367,7 +367,8 @@ class Consumer:
             self._cache.remember(c.lane, msgspec.structs.replace(c.final, tail=status[1]))
             known = self._known.get(c.lane)
             if known is not None:  # processed: no longer needed to place later events
-                known.difference_update(e.entry_id for e in c.entries)
+                for e in c.entries:
+                    known.pop(e.entry_id, None)
                 if not known:
                     del self._known[c.lane]
             if len(self._known) > self.options.tracking_cache:  # bounded: a lost path is walked again

@@ -18,6 +18,7 @@ continues after the last version its stream shows; a corrupt document is the lan
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -33,7 +34,7 @@ from signals.streams.keys import Keys
 from workers.cache import TrackingCache
 from workers.faults import raise_whole_server
 
-__all__ = ("LaneState", "Pending", "load_documents", "read_lanes", "walk_chains")
+__all__ = ("LaneState", "Pending", "chain_frontier", "load_documents", "read_lanes", "walk_chains")
 
 log = structlog.get_logger(__name__)
 
@@ -245,37 +246,56 @@ async def _base_values(cache: TrackingCache, states: dict[str, LaneState]) -> No
 
 async def walk_chains(
     redis: Client, keys: Keys, script: Any, states: dict[str, LaneState], *, by_lane: dict[str, list[Pending]],
-    known: dict[str, set[str]], limit: int = 256,
+    known: dict[str, dict[str, str]], limit: int = 256,
 ) -> None:
-    """Walk back from the documents' events that are past the batch (one read-only script
-    per partition) and add the genuine ids found to ``known[lane]``.
+    """Walk back on the stream from where the documents' chains leave what is known (one
+    read-only script per partition) and add the links found to ``known[lane]``: genuine
+    event id -> the id its ``p`` names (see :func:`workers.commit.event_chain`).
 
-    A walk stops at the batch's events, the last processed event or an id already known.
-    Lanes more than ``limit`` writes ahead are left as they are: their events cannot be
-    placed, and the worker catches up to the document instead (one signal for the backlog).
+    The walk of a lane starts at its document's event, or where the links already known
+    from there run out (:func:`chain_frontier`): a lane whose document moved on is walked
+    only over the writes since. It stops at the batch's events, the last processed event
+    or an id already linked. Lanes more than ``limit`` writes ahead are left as they are:
+    their events cannot be placed, and the worker catches up to the document instead (one
+    signal for the backlog).
     """
-    todo: dict[int, list[tuple[str, list[str]]]] = defaultdict(list)
+    todo: dict[int, list[tuple[str, str, list[str]]]] = defaultdict(list)
     for lane, entries in by_lane.items():
-        state, ids, seen = states[lane], {e.entry_id for e in entries}, known.get(lane, set())
+        state, ids, links = states[lane], {e.entry_id for e in entries}, known.get(lane, {})
         doc, tracking = state.doc, state.tracking or LaneTracking()
-        if doc is None or not doc.eid or doc.eid in ids or doc.eid in seen or doc.eid == tracking.write_event:
+        if doc is None or not doc.eid or not any(e.event.version > tracking.write_version for e in entries):
             continue
-        if any(e.event.version > tracking.write_version for e in entries):
-            stops = [*ids, *seen, *([tracking.write_event] if tracking.write_event else [])]
-            todo[entries[0].partition].append((lane, stops))
+        start = chain_frontier(doc.eid, links, ids, tracking.write_event)
+        if start is not None:
+            stops = [*ids, *links, *([tracking.write_event] if tracking.write_event else [])]
+            todo[entries[0].partition].append((lane, start, stops))
     if not todo:
         return
     async with redis.pipeline(transaction=False) as pipe:
         for partition, lanes in todo.items():
-            items = [{"start": cast(LaneDocument, states[lane].doc).eid, "stops": stops} for lane, stops in lanes]
+            items = [{"start": start, "stops": stops} for _, start, stops in lanes]
             await queue_script(pipe, script, [keys.writes(partition)], [limit, encode_json(items)])
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
     for (_, lanes), reply in zip(todo.items(), replies, strict=True):
         if not isinstance(reply, list):
             continue
-        for (lane, _), path in zip(lanes, reply, strict=True):
+        for (lane, _, _), path in zip(lanes, reply, strict=True):
             if path and path[0]:  # reached the batch or a known id: the whole path is genuine
-                known.setdefault(lane, set()).update(str(i) for i in path)
+                walked = [str(i) for i in path]  # the stop reached, then the ids walked, newest first
+                links = known.setdefault(lane, {})
+                links.update(zip(walked[1:], [*walked[2:], walked[0]], strict=True))
 
 
+def chain_frontier(start: str, links: Mapping[str, str], ids: Set[str], anchor: str) -> str | None:
+    """Where the chain from ``start`` (a document's event) leaves the ``links`` known, or
+    ``None`` when the links lead to the batch (``ids``), the tracked ``anchor`` or the
+    beginning of the chain: nothing to walk on the stream."""
+    cursor = start
+    for _ in range(len(links) + 1):  # genuine links go back in the stream: no cycle, but bounded
+        if not cursor or cursor in ids or (anchor and cursor == anchor):
+            return None
+        if cursor not in links:
+            return cursor
+        cursor = links[cursor]
+    return None

@@ -41,8 +41,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
 LANE = "r:walked"
 
-_XFAIL = pytest.mark.xfail(strict=True, reason="event_chain takes the newest known batch event for the newest genuine "
-                           "one; known ids outlive their walk (fixed next)")
 
 
 
@@ -72,7 +70,6 @@ async def _known_behind(redis: Redis, keys: Keys, worker: Consumer, store: Worki
     assert await redis.hget(keys.track(LANE), "wv") == "2"
 
 
-@_XFAIL
 async def test_far_behind_batch_is_not_taken_for_forgeries(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
@@ -92,7 +89,6 @@ async def test_far_behind_batch_is_not_taken_for_forgeries(
     assert (await check_lane(redis, keys, LANE))[-1].value == "# walked\n- write 300"
 
 
-@_XFAIL
 async def test_reclaim_beside_the_read_loop_is_not_taken_for_forgeries(
     redis_server: RedisServer, redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
