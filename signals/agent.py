@@ -210,8 +210,15 @@ class AgentWorkingMemory:
         return [definition] if definition else []
 
     async def call_tool(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
-        """Handle the model's ``setWorkingMemory`` call; errors come back as a tool result."""
+        """Handle the model's ``setWorkingMemory`` call; errors come back as a tool result.
+
+        ``arguments`` is the call's JSON object, as a dict or as JSON text; anything else a
+        loop hands over (``None``, a number, a list) is answered with an error naming it.
+        """
         if self.read_only:
             return {"success": False, "error": "working memory is read-only for this agent"}
+        if not isinstance(arguments, (dict, str)):
+            return {"success": False,
+                    "error": f"the tool arguments must be a JSON object, got {type(arguments).__name__}"}
         return await handle_tool_call(self.store, arguments, resource_id=self.resource_id,
                                       thread_id=self.thread_id)

@@ -12,6 +12,12 @@ types, compare-and-sets on the tracking and checks the signal stream still ends 
 tracked signal; a lane that fails a check comes back with a status and is recomputed.
 Whole-server errors (unreachable, out of memory, loading, read-only) propagate to the
 supervisor, which backs off and retries.
+
+The steady state skips reading the documents: when a lane's events in the batch simply
+extend the chain the worker last committed (:func:`steady_document`), the lane is planned
+against the document they imply, and the commit script checks, atomically with the
+commit, that the document index agrees (:func:`steady_check`). A lane whose check fails
+is written not at all and comes back ``unverified``, to be planned from its document.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import msgspec
+from redis import exceptions as redis_exc
+from redis.asyncio.cluster import RedisCluster
 
 from signals.core.codec import encode_json
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, advance
@@ -32,7 +40,8 @@ from signals.streams.keys import GROUP, Keys
 from workers.faults import raise_whole_server
 from workers.lane_state import LaneState, Pending
 
-__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "run_commits")
+__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "plan_steady", "run_commits", "steady_check",
+           "steady_document")
 
 @dataclass(slots=True)
 class BatchStats:
@@ -55,6 +64,8 @@ class BatchStats:
     caught_up: int = 0
     retried: int = 0
     dedup_skips: int = 0  # signals not emitted for an unchanged cacheKey (events and catch-ups)
+    unverified: int = 0
+    """Steady-state commits whose document check failed (the lane was planned again from its document)."""
 
     def add(self, other: BatchStats) -> None:
         """Accumulate another batch's counters."""
@@ -75,6 +86,8 @@ class LaneCommit:
     acks: list[str] = field(default_factory=list)
     stats: BatchStats = field(default_factory=BatchStats)
     final: LaneTracking = field(default_factory=LaneTracking)
+    check: dict[str, Any] | None = None
+    """What a steady-state plan assumed of the document (see :func:`steady_check`)."""
 
     def payload(self) -> dict[str, Any]:
         """The lane's item in the commit script's JSON argument (fields by name)."""
@@ -87,10 +100,11 @@ class LaneCommit:
             "repair": int(state.repair is not None),
             "reset": int(state.reset),
             "fields": self.final.fields(),
-            "signals": self.signals,
+            "signals": len(self.signals),  # the texts travel as arguments of their own (see run_commits)
             "macs": self.macs,
             "snapshot": self.snapshots,
             "acks": self.acks,
+            "check": self.check or False,
         }
 
 
@@ -152,10 +166,80 @@ def plan_lane(
             tracking = msgspec.structs.replace(tracking, value=None,
                                                write_version=min(tracking.write_version, doc.version - 1))
         tracking = _emit(commit, tracking, doc.event(), doc.eid, options=options, now=now, signer=signer)
-    acked = set(commit.acks)
-    commit.entries = [pending for pending in entries if pending.entry_id in acked]
+    if poison:  # else every entry is acknowledged
+        acked = set(commit.acks)
+        commit.entries = [pending for pending in entries if pending.entry_id in acked]
     commit.final = tracking
     return commit, poison
+
+
+def steady_document(lane: str, entries: list[Pending], tracking: LaneTracking) -> LaneDocument | None:
+    """The document a lane's batch implies in the steady state, or ``None`` when it is not.
+
+    The steady state: ``entries`` (sorted by version) follow one another from the last
+    event the worker committed, each naming the one before it (field ``p``) with a
+    higher version, all of one format and owner. Were they genuine, the document would be
+    at the newest of them; :func:`plan_lane` against that document then signals each of
+    them, exactly as against the real one. Nothing here is trusted: a forged event can
+    name any ``p``. The commit script checks the real document (:func:`steady_check`) and
+    commits nothing of the lane when it disagrees.
+    """
+    prev, version = tracking.write_event, tracking.write_version
+    if not prev:
+        return None
+    first = entries[0].event
+    for pending in entries:
+        event = pending.event
+        if (pending.prev != prev or event.version <= version or event.format != first.format
+                or event.resource_id != first.resource_id):
+            return None
+        prev, version = pending.entry_id, event.version
+    thread_id = first.thread_id if first.scope == "thread" else None
+    return LaneDocument(lane, None, version, first.format, first.scope, first.resource_id, thread_id, prev)
+
+
+def plan_steady(
+    lane: str, doc: LaneDocument, tracking: LaneTracking, entries: list[Pending], *, options: LaneOptions, now: str,
+    signer: Signer | None,
+) -> LaneCommit:
+    """:func:`plan_lane` for a batch that :func:`steady_document` accepted, against the
+    document it returned: the same commit, without the checks that cannot fail there.
+
+    Against that document no event is refused (its version is the batch's highest, its
+    format and owner the events'), every event is on the chain (the document names the
+    newest, each names the one before, the first names the tracked event) and each is
+    past the tracked write version (versions increase from it): each is acknowledged and
+    advances the lane. A unit test holds the two equal.
+    """
+    commit = LaneCommit(lane, LaneState(doc=doc, tracking=tracking, expected=str(tracking.write_version or ""),
+                                        expected_version=str(tracking.version)), entries)
+    for pending in entries:
+        commit.acks.append(pending.entry_id)
+        before = len(commit.signals)
+        tracking = _emit(commit, tracking, pending.event, pending.entry_id, options=options, now=now, signer=signer)
+        emitted = len(commit.signals) > before
+        commit.stats.skipped += not emitted  # unchanged cacheKey: deduplicated
+        commit.stats.deduplicated += not emitted
+        commit.stats.signalled += emitted
+    commit.final = tracking
+    return commit
+
+
+def steady_check(keys: Keys, doc: LaneDocument, head: str | None) -> dict[str, Any]:
+    """What the commit script verifies of a lane planned against :func:`steady_document`.
+
+    Its document index entry must be of the events' format at or past their version, a
+    thread lane's owner record must name the events' resource, and the chain walked back
+    from the entry's event must reach the batch's newest event, or ``head`` (an id an
+    earlier walk found on the chain, given only when that walk placed the batch's
+    events), within a few steps. Then the batch's events are the lane's genuine writes
+    and the plan is the one the careful path would make.
+    """
+    thread = doc.scope == "thread"
+    return {"lane": doc.lane, "version": doc.version, "format": doc.format,
+            "stops": [doc.eid, head] if head else [doc.eid],
+            "thread": keys.thread(doc.lane[2:]) if thread else False,
+            "owner": doc.resource_id if thread else False}
 
 
 def _emit(
@@ -252,21 +336,53 @@ async def run_commits(
     """One commit script per partition in one pipeline, plus the read-ahead XREADGROUP
     (``(consumer, streams, count)``) when given. Returns each script's per-lane statuses
     (or its error) and the read-ahead reply (or error). Signal streams are trimmed at
-    snapshot boundaries under ``retention`` (:mod:`signals.core.retention`)."""
+    snapshot boundaries under ``retention`` (:mod:`signals.core.retention`).
+
+    The lanes' signal texts follow the script's JSON argument as arguments of their own:
+    escaped into it, they cost more to encode here and to decode in the script than
+    anything else either does with them.
+
+    On one server the scripts go as plain EVALSHA: redis-py would otherwise send SCRIPT
+    EXISTS before every pipeline holding a script (a round trip per batch). A partition
+    whose script the server does not have (NOSCRIPT: it was restarted or flushed; the
+    script did not run) is committed again once the script is loaded."""
+    calls = [_commit_call(keys, partition, commits, retention) for partition, commits in order]
+    plain = not isinstance(redis, RedisCluster)
     async with redis.pipeline(transaction=False) as pipe:
-        for partition, commits in order:
-            script_keys = [keys.writes(partition)]
-            for c in commits:
-                script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
-            payload = encode_json([c.payload() for c in commits])
-            args: list[str | int] = [GROUP, retention.signals, payload, retention.age_ms]
-            await queue_script(pipe, script, script_keys, args)
+        for script_keys, args in calls:
+            if plain:
+                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
+            else:
+                await queue_script(pipe, script, script_keys, args)
         if read_ahead is not None:
             consumer, streams, count = read_ahead
             pipe.xreadgroup(GROUP, consumer, dict.fromkeys(streams, ">"), count=count)
         results = list(await pipe.execute(raise_on_error=False))
     ahead: object = results.pop() if read_ahead is not None else None
+    missing = [n for n, result in enumerate(results) if isinstance(result, redis_exc.NoScriptError)]
+    if missing:
+        await redis.script_load(script.script)
+        async with redis.pipeline(transaction=False) as pipe:
+            for n in missing:
+                script_keys, args = calls[n]
+                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
+            for n, result in zip(missing, await pipe.execute(raise_on_error=False), strict=True):
+                results[n] = result
     raise_whole_server(results)
     return cast(list[list[list[str]] | Exception], results), ahead
+
+
+def _commit_call(keys: Keys, partition: int, commits: list[LaneCommit],
+                 retention: Retention) -> tuple[list[str], list[str | int]]:
+    """One partition's commit script call: its keys and arguments (ARGV: group, retained
+    signals, the lanes' JSON, retained age in ms, the document index key, then the texts)."""
+    script_keys = [keys.writes(partition)]
+    for c in commits:
+        script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
+    args: list[str | int] = [GROUP, retention.signals, encode_json([c.payload() for c in commits]),
+                             retention.age_ms, keys.documents(partition)]
+    for c in commits:
+        args += c.signals
+    return script_keys, args
 
 

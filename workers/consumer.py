@@ -1,12 +1,16 @@
 """The worker loop's reading side: read write events, decode and check them, hand each
 batch to the lane commit protocol (:mod:`workers.commit`).
 
-One batch is, under load, two round trips whatever its size: one pipeline reading the
-batch's lanes (documents, and trackings not in the cache), one pipeline with one commit
-script per partition that also carries the next XREADGROUP (read-ahead). A lane whose
-tracking moved under us (another worker committed it first) is recomputed from the fresh
-tracking; an event at or below the processed write version is acknowledged without a
-signal, so each write version yields at most one signal and a crash yields no gap.
+One batch is, under load, one round trip whatever its size: one pipeline with one commit
+script per partition that also carries the next XREADGROUP (read-ahead). Lanes in the
+steady state (cached tracking, events extending the chain the worker last committed) are
+planned without reading anything, and the commit script checks their documents
+atomically (see :func:`workers.commit.steady_document`); the other lanes, and those whose
+check failed, cost one more round trip first, reading their documents (index entries,
+and trackings not in the cache). A lane whose tracking moved under us (another worker
+committed it first) is recomputed from the fresh tracking; an event at or below the
+processed write version is acknowledged without a signal, so each write version yields
+at most one signal and a crash yields no gap.
 
 Poison events (bad JSON, wrong types, a version outside 1..2**53, a lane that does not
 match its ids or does not belong to the partition, a version beyond the document's) go
@@ -17,6 +21,7 @@ Stale pending entries of dead consumers are reclaimed with XAUTOCLAIM.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
@@ -39,7 +44,7 @@ from signals.errors import GroupMissingError, WmSignalsError
 from signals.streams.client import Client, lua, now_iso
 from signals.streams.keys import GROUP, Keys, validate_id
 from workers.cache import TrackingCache
-from workers.commit import BatchStats, LaneCommit, plan_lane, run_commits
+from workers.commit import BatchStats, LaneCommit, plan_lane, plan_steady, run_commits, steady_check, steady_document
 from workers.counters import METRICS
 from workers.faults import is_whole_server
 from workers.lane_state import LaneState, Pending, load_documents, read_lanes, walk_chains
@@ -104,9 +109,11 @@ class Consumer:
         self._commit = redis.register_script(lua("commit"))
         self._chain = redis.register_script(lua("chain"))
         self._known: dict[str, dict[str, str]] = {}  # lane -> links found by chain walks (id -> its p)
+        self._heads: dict[str, str] = {}  # lane -> the newest of them (where the links start)
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = redis.register_script(lua("dead_letter"))
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
+        self._lanes: dict[str, int] = {}  # lane -> its partition, for lanes whose id passed validate_id
 
     async def ensure_groups(self) -> None:
         """Create the consumer group on every partition stream (from the start; idempotent).
@@ -260,27 +267,70 @@ class Consumer:
         owner = event.resource_id if event.scope == "resource" else event.thread_id
         if not owner or event.lane != _LANE_PREFIX[event.scope] + owner:
             raise ValueError(f"lane {event.lane[:80]!r} does not match its scope and ids")
-        validate_id(owner, "the event's " + event.scope + " id")
-        if self.keys.partition(event.lane) != partition:
-            raise ValueError(f"lane {event.lane[:80]!r} does not belong to partition {partition}")
+        if self._lanes.get(event.lane) != partition:  # each lane's id and partition checked once
+            validate_id(owner, "the event's " + event.scope + " id")
+            if self.keys.partition(event.lane) != partition:
+                raise ValueError(f"lane {event.lane[:80]!r} does not belong to partition {partition}")
+            if len(self._lanes) >= self.options.tracking_cache:
+                self._lanes.clear()
+            self._lanes[event.lane] = partition
         return event, prev
 
     async def _compute_and_commit(
         self, entries: list[Pending], stats: BatchStats, force: dict[str, str], prefetch: _Prefetch | None = None
     ) -> list[Pending]:
-        """One pass: read the lanes, compute their signals, commit; returns the entries of
-        lanes to recompute (another worker advanced them, or the commit asked for a repair)."""
+        """One pass: plan the lanes in the steady state as they are, read the others and
+        plan them, commit; returns the entries of lanes to recompute (another worker
+        advanced them, a steady-state check failed, or the commit asked for a repair)."""
         by_lane: dict[str, list[Pending]] = defaultdict(list)
         for entry in entries:
             by_lane[entry.event.lane].append(entry)
-        states = await read_lanes(self.redis, self.keys, self._cache,
-                                  {lane: e[0].partition for lane, e in by_lane.items()}, force)
         now = now_iso()
         per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
-        await walk_chains(self.redis, self.keys, self._chain, states, by_lane=by_lane, known=self._known)
-        planned: dict[str, _Plan] = {}
+        careful: dict[str, list[Pending]] = {}
         for lane, lane_entries in by_lane.items():
             lane_entries.sort(key=lambda e: e.event.version)
+            commit = None if lane in force else self._plan_steady(lane, lane_entries, now)
+            if commit is None:
+                careful[lane] = lane_entries
+            else:
+                per_partition[lane_entries[0].partition].append(commit)
+        if careful:
+            await self._plan_careful(careful, stats, force, now, per_partition)
+        force.clear()
+        return await self._commit_all(per_partition, stats, force, prefetch)
+
+    def _plan_steady(self, lane: str, entries: list[Pending], now: str) -> LaneCommit | None:
+        """Plan a lane in the steady state without reading Redis (its commit carries the
+        check of its document); ``None``: the lane is not in the steady state, or its plan
+        raised (the careful path then decides, and counts the failure: a forged event
+        that makes the compute raise must not count against the lane's genuine ones)."""
+        tracking = self._cache.get(lane)
+        if tracking is None or (tracking.version and tracking.value is None):
+            return None
+        doc = steady_document(lane, entries, tracking)
+        if doc is None:
+            return None
+        try:
+            commit = plan_steady(lane, doc, tracking, entries, options=self.options.lane, now=now, signer=self.signer)
+        except Exception:  # noqa: BLE001 - not counted here: the careful path plans it again, and counts
+            return None
+        known = self._known.get(lane)
+        commit.check = steady_check(self.keys, doc, self._heads.get(lane) if known and doc.eid in known else None)
+        return commit
+
+    async def _plan_careful(
+        self, by_lane: dict[str, list[Pending]], stats: BatchStats, force: dict[str, str], now: str,
+        per_partition: dict[int, list[LaneCommit]],
+    ) -> None:
+        """Read the lanes' documents and trackings, walk their chains where the documents
+        are past the batch, plan them (dead letters go out here) into ``per_partition``."""
+        states = await read_lanes(self.redis, self.keys, self._cache,
+                                  {lane: e[0].partition for lane, e in by_lane.items()}, force)
+        await walk_chains(self.redis, self.keys, self._chain, states, by_lane=by_lane, known=self._known,
+                          heads=self._heads)
+        planned: dict[str, _Plan] = {}
+        for lane, lane_entries in by_lane.items():
             planned[lane] = await self._plan(lane, states[lane], lane_entries, stats, now,
                                              known=self._known.get(lane))
         needs_text = [lane for lane, plan in planned.items() if plan is None]
@@ -298,8 +348,6 @@ class Consumer:
                                                               {FIELD: encode_json(entry.event)}, reason, 1)
             if commit.entries or commit.state.repair:
                 per_partition[lane_entries[0].partition].append(commit)
-        force.clear()
-        return await self._commit_all(per_partition, stats, force, prefetch)
 
     async def _plan(
         self, lane: str, state: LaneState, lane_entries: list[Pending], stats: BatchStats, now: str, *,
@@ -365,15 +413,12 @@ class Consumer:
             stats.add(c.stats)
             METRICS.committed(c.entries, time.time())
             self._cache.remember(c.lane, msgspec.structs.replace(c.final, tail=status[1]))
-            known = self._known.get(c.lane)
-            if known is not None:  # processed: no longer needed to place later events
-                for e in c.entries:
-                    known.pop(e.entry_id, None)
-                if not known:
-                    del self._known[c.lane]
-            if len(self._known) > self.options.tracking_cache:  # bounded: a lost path is walked again
-                self._known.clear()
+            self._remember_chain(c, status[2:])
             return []
+        if status[0] == "unverified":  # the steady-state guess was wrong: plan it from its document
+            stats.unverified += 1
+            force[c.lane] = status[0]
+            return c.entries
         self._cache.forget(c.lane)
         if status[0] == "conflict":
             stats.conflicts += 1
@@ -381,6 +426,27 @@ class Consumer:
             force[c.lane] = status[0]
             log.warning("worker.lane_check_failed", lane=c.lane, status=status[0], detail=status[1:])
         return c.entries
+
+    def _remember_chain(self, c: LaneCommit, walked: list[str]) -> None:
+        """After a commit: forget the committed events' links (no longer needed to place
+        later events) and remember those a steady-state check walked (the next events).
+
+        The check reports the ids it walked, newest first, not the stop it reached (the
+        batch's newest event or the head): the last one is left unlinked, and a later walk
+        on the stream links it (one step)."""
+        known = self._known.get(c.lane)
+        if known is not None:
+            for e in c.entries:
+                known.pop(e.entry_id, None)
+            if not known:
+                del self._known[c.lane]
+                self._heads.pop(c.lane, None)
+        if walked:  # genuine: the walk went from the document's event down to the batch's
+            self._known.setdefault(c.lane, {}).update(itertools.pairwise(walked))
+            self._heads[c.lane] = walked[0]
+        if len(self._known) > self.options.tracking_cache:  # bounded: a lost path is walked again
+            self._known.clear()
+            self._heads.clear()
 
     async def _failed(self, entry: Pending, error: Exception, stats: BatchStats) -> None:
         """Count a processing failure; dead-letter the event after ``max_attempts``."""

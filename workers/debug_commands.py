@@ -112,8 +112,9 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
             else:
                 # a coalesced catch-up delta carries versions baseVersion+1..version
                 versions = f"v{d.version}" if d.base_version is None else f"v{d.base_version + 1}..{d.version}"
-                _console.print(f"step {d.step}: {d.lane} {versions} {d.mode} ({d.reason}) "
-                               f"{d.cache_key[:19]}… {d.at or ''}")
+                # the record's strings are data, never console markup (an export file is not checked)
+                _console.print(f"step {d.step}: {_literal(d.lane)} {versions} {d.mode} ({d.reason}) "
+                               f"{_literal(d.cache_key[:19])}… {_literal(d.at or '')}", markup=False)
         return 0
     if not signals:
         raise InvalidInputError("no signals retained for that lane (check --namespace, --scope and the ids)")
@@ -290,6 +291,11 @@ def _need_id(args: argparse.Namespace) -> str:
     if not args.id:
         raise InvalidInputError(f"dlq {args.action} needs a dead-letter id (see 'dlq list')")
     return str(args.id)
+
+
+def _literal(text: str) -> str:
+    """``text`` when it is printable, else its escaped form (no control character reaches the terminal)."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 def register(sub: Any) -> None:

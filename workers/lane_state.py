@@ -40,6 +40,10 @@ log = structlog.get_logger(__name__)
 
 #: How far past its own tracking a re-snapshot numbers to clear a tail it did not write.
 _MAX_JUMP = 1_000
+#: Chain walks of a partition reading the stream in bulk first: from this many steps
+#: together (below, one XRANGE per step costs less), reading at most this many entries.
+_BULK_MIN_STEPS = 64
+_BULK_MAX_ENTRIES = 20_000
 
 
 @dataclass(slots=True)
@@ -81,7 +85,8 @@ async def read_lanes(
     document index per partition) and tracking (cache, else Redis), in one pipeline.
 
     ``lanes`` maps lane -> partition. ``force`` maps a lane to the commit status that
-    sent it back (``resnap``, ``type`` or ``reset``): its tracking is read afresh and repaired. A
+    sent it back (``resnap``, ``type`` or ``reset``): its tracking is read afresh and repaired
+    (``unverified``, a steady-state check that failed, keeps the cached tracking). A
     lane missing from the index, or whose entry does not parse, has its document hash
     read (:func:`load_documents`); so does any lane :func:`plan_lane` needs the text of.
     """
@@ -91,7 +96,7 @@ async def read_lanes(
         by_partition[partition].append(lane)
     misses: list[str] = []
     for lane in lanes:
-        cached = None if lane in force else cache.get(lane)
+        cached = None if force.get(lane, "unverified") != "unverified" else cache.get(lane)
         if cached is None:
             misses.append(lane)
         else:
@@ -246,11 +251,13 @@ async def _base_values(cache: TrackingCache, states: dict[str, LaneState]) -> No
 
 async def walk_chains(
     redis: Client, keys: Keys, script: Any, states: dict[str, LaneState], *, by_lane: dict[str, list[Pending]],
-    known: dict[str, dict[str, str]], limit: int = 256,
+    known: dict[str, dict[str, str]], heads: dict[str, str] | None = None, limit: int = 256,
 ) -> None:
     """Walk back on the stream from where the documents' chains leave what is known (one
     read-only script per partition) and add the links found to ``known[lane]``: genuine
-    event id -> the id its ``p`` names (see :func:`workers.commit.event_chain`).
+    event id -> the id its ``p`` names (see :func:`workers.commit.event_chain`); and the
+    document's event, now linked down to the batch, to ``heads[lane]`` (see
+    :func:`workers.commit.steady_check`).
 
     The walk of a lane starts at its document's event, or where the links already known
     from there run out (:func:`chain_frontier`): a lane whose document moved on is walked
@@ -258,33 +265,59 @@ async def walk_chains(
     or an id already linked. Lanes more than ``limit`` writes ahead are left as they are:
     their events cannot be placed, and the worker catches up to the document instead (one
     signal for the backlog).
+
+    Where the lanes of a partition are, together, at least :data:`_BULK_MIN_STEPS` writes
+    ahead (a backlog: the documents are past the whole batch), the script first reads the
+    stream downward from the newest start in chunks, up to twice that many entries, and
+    steps through what it read without one XRANGE per step.
     """
     todo: dict[int, list[tuple[str, str, list[str]]]] = defaultdict(list)
+    ahead: dict[int, int] = defaultdict(int)
+    top: dict[int, tuple[int, int]] = {}
     for lane, entries in by_lane.items():
         state, ids, links = states[lane], {e.entry_id for e in entries}, known.get(lane, {})
         doc, tracking = state.doc, state.tracking or LaneTracking()
-        if doc is None or not doc.eid or not any(e.event.version > tracking.write_version for e in entries):
+        newest = max(e.event.version for e in entries)
+        if doc is None or not doc.eid or newest <= tracking.write_version:
             continue
         start = chain_frontier(doc.eid, links, ids, tracking.write_event)
-        if start is not None:
-            stops = [*ids, *links, *([tracking.write_event] if tracking.write_event else [])]
-            todo[entries[0].partition].append((lane, start, stops))
+        if start is None:
+            continue
+        stops = [*ids, *links, *([tracking.write_event] if tracking.write_event else [])]
+        partition = entries[0].partition
+        todo[partition].append((lane, start, stops))
+        ahead[partition] += max(doc.version - newest, 1)
+        ms, _, seq = start.partition("-")
+        top[partition] = max(top.get(partition, (0, 0)), (int(ms), int(seq)))
     if not todo:
         return
     async with redis.pipeline(transaction=False) as pipe:
         for partition, lanes in todo.items():
             items = [{"start": start, "stops": stops} for _, start, stops in lanes]
-            await queue_script(pipe, script, [keys.writes(partition)], [limit, encode_json(items)])
+            args: list[str | int] = [limit, encode_json(items)]
+            if ahead[partition] >= _BULK_MIN_STEPS:
+                top_id = "-".join(map(str, top[partition]))
+                args += [top_id, min(2 * ahead[partition], _BULK_MAX_ENTRIES)]
+            await queue_script(pipe, script, [keys.writes(partition)], args)
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
     for (_, lanes), reply in zip(todo.items(), replies, strict=True):
-        if not isinstance(reply, list):
-            continue
-        for (lane, _, _), path in zip(lanes, reply, strict=True):
-            if path and path[0]:  # reached the batch or a known id: the whole path is genuine
-                walked = [str(i) for i in path]  # the stop reached, then the ids walked, newest first
-                links = known.setdefault(lane, {})
-                links.update(zip(walked[1:], [*walked[2:], walked[0]], strict=True))
+        if isinstance(reply, list):
+            _record_paths(states, [lane for lane, _, _ in lanes], reply, known, heads)
+
+
+def _record_paths(
+    states: dict[str, LaneState], lanes: list[str], paths: list[Any], known: dict[str, dict[str, str]],
+    heads: dict[str, str] | None,
+) -> None:
+    """Keep the links of the walks that reached a stop (the batch or a linked id: the
+    whole path is genuine), and each lane's document event, where its links now start."""
+    for lane, path in zip(lanes, paths, strict=True):
+        if path and path[0]:
+            walked = [str(i) for i in path]  # the stop reached, then the ids walked, newest first
+            known.setdefault(lane, {}).update(zip(walked[1:], [*walked[2:], walked[0]], strict=True))
+            if heads is not None and len(walked) > 1:
+                heads[lane] = cast(LaneDocument, states[lane].doc).eid
 
 
 def chain_frontier(start: str, links: Mapping[str, str], ids: Set[str], anchor: str) -> str | None:

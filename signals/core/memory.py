@@ -22,6 +22,7 @@ UTF-8 text: a ``str`` with lone surrogates (undecodable bytes smuggled in with
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +134,31 @@ def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -
     return new
 
 
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
+
+
+def lone_surrogate_escape(text: str) -> str | None:
+    """The first ``\\uD800``-``\\uDFFF`` escape in JSON text that is not half of a surrogate
+    pair (JSON allows it, UTF-8 cannot carry it), or ``None``. Escaped backslashes are
+    skipped, so ``"\\\\ud800"`` (a backslash, then ``ud800``) is not one."""
+    pending: str | None = None  # a high surrogate escape waiting for its low half
+    last_end = -1
+    for m in _ESCAPE.finditer(text):
+        esc = m.group(1)
+        code = int(esc[1:], 16) if esc[0] == "u" and len(esc) == 5 else None
+        adjacent = m.start() == last_end
+        if pending is not None and not (adjacent and code is not None and 0xDC00 <= code <= 0xDFFF):
+            return pending
+        if pending is not None:
+            pending = None
+        elif code is not None and 0xD800 <= code <= 0xDBFF:
+            pending = m.group(0)
+        elif code is not None and 0xDC00 <= code <= 0xDFFF:
+            return m.group(0)
+        last_end = m.end()
+    return pending
+
+
 def parse_merge_input(update: str | dict[str, Any]) -> dict[str, Any]:
     """Accept a merge update as a dict or JSON text; it must be a plain JSON object.
 
@@ -141,9 +167,15 @@ def parse_merge_input(update: str | dict[str, Any]) -> dict[str, Any]:
             represent exactly, or nested too deeply (see :func:`check_json_value`).
     """
     if isinstance(update, str):
+        text = update
         try:
-            update = decode_json(update)
+            update = decode_json(text)
         except msgspec.DecodeError as e:
+            lone = lone_surrogate_escape(text)
+            if lone is not None:  # msgspec reports these as "Input data was truncated"
+                raise InvalidInputError(
+                    f"merge input holds the escape {lone} at character {text.index(lone)}: a lone "
+                    "surrogate (half of a UTF-16 pair) has no UTF-8 form and cannot be stored") from e
             raise InvalidInputError(f"merge input is not valid JSON: {e}") from e
     if not isinstance(update, dict):
         raise InvalidInputError(

@@ -19,7 +19,9 @@ Two ways a framework can treat what a hook inserts, one class for each:
   which ones are still held, removes the ones it says to drop (and any working-memory
   block it did not make: one restored from a history saved by another process, or typed
   by a user, since nobody can know which version it holds and keeping it could put a
-  version into the window twice), and appends the new ones at the end. When the same
+  version into the window twice), and appends the new ones at the end. A held block the
+  framework moved out of the order it was injected in (a reordered history) is removed
+  too and counts as dropped: the model reads blocks in list order. When the same
   markup is held twice (a delta A->B, B->A, A->B chain repeats a patch) occurrences are
   paired with injections newest first, since trimming removes the oldest.
 * :class:`EphemeralWindow` (a hook changes what ONE model call sees and nothing of it is
@@ -70,6 +72,20 @@ type so that summarisers and memory extractors can skip them.
 
 One window per conversation, and calls are sequential (a framework's loop makes them so):
 a window is the bookkeeping of one model's context, not a shared object.
+
+**Limits (by design).** What the core recognises and governs is a whole working-memory
+message or block, byte for byte as rendered. Text that merely resembles one reaches the
+model as what it is: a user's message that holds a markup with anything around it
+(a trailing newline, a second text part), a markup inside a tool's result (Anthropic
+``tool_result`` content, an OpenAI ``tool`` message, a fetched web page), or a text part
+of a multi-part message the codec does not split. The core cannot tell a user's or a
+tool's imitation from memory without rewriting their words, so it does neither: the
+guarantee is that nothing *presented as* working memory (a block the core places, or
+keeps) comes from anywhere but a signal the subscription verified, and that an exact
+block the window did not make is removed. Instructions that tell the model where its
+working memory comes from are the application's to write. Two windows on one thread
+(two agents, two adapters) are two contexts: each keeps its own invariant, but both
+append to the same thread's delivery log (see :mod:`signals.streams.deliveries`).
 """
 
 from __future__ import annotations
@@ -85,6 +101,7 @@ import msgspec
 
 from signals.agent import AgentWorkingMemory, ModelCallResult
 from signals.core.models import TAG_NAME
+from signals.errors import InvalidInputError
 from signals.tool import TOOL_NAME, tool_definition
 
 __all__ = (
@@ -111,14 +128,20 @@ _MARKUP = re.compile(
 _SYSTEM_HEADS = ("WORKING MEMORY (system):\n", "WORKING MEMORY (system, read-only):\n")
 
 
-def is_working_memory_text(text: str) -> bool:
-    """True when ``text`` is exactly one working-memory markup (a state-signal message)."""
-    return text.startswith(f"<{TAG_NAME}") and _MARKUP.fullmatch(text) is not None
+def is_working_memory_text(text: object) -> bool:
+    """True when ``text`` is exactly one working-memory markup (a state-signal message).
+
+    Anything but a string (a framework's content parts, ``None``) is not one.
+    """
+    return isinstance(text, str) and text.startswith(f"<{TAG_NAME}") and _MARKUP.fullmatch(text) is not None
 
 
-def is_working_memory_system_text(text: str) -> bool:
-    """True when ``text`` is the system-message delivery's text (with or without tool guidelines)."""
-    return text.startswith(_SYSTEM_HEADS) and "<working_memory_data>" in text
+def is_working_memory_system_text(text: object) -> bool:
+    """True when ``text`` is the system-message delivery's text (with or without tool guidelines).
+
+    Anything but a string (a system message given as content parts, ``None``) is not one.
+    """
+    return isinstance(text, str) and text.startswith(_SYSTEM_HEADS) and "<working_memory_data>" in text
 
 
 @overload
@@ -156,9 +179,23 @@ def content_identity(*parts: Any) -> str:
     """A stable identity for a conversation message from its JSON-able content.
 
     Canonical JSON (sorted keys), hashed: two calls that see the same message (even as
-    a new but equal object, as frameworks rebuild their history) agree on it.
+    a new but equal object, as frameworks rebuild their history) agree on it. Content
+    that JSON cannot encode (a lone surrogate, which Python's ``json`` makes of a client's
+    ``"\ud800"``; a non-string key) is identified by its ``repr`` instead: still equal
+    for equal content, at worst a re-anchoring when a framework rebuilds it in another
+    key order.
+
+    Raises:
+        InvalidInputError: the content refers to itself or is nested past Python's
+            recursion limit (no identity can be computed).
     """
-    data = msgspec.json.encode(parts, order="sorted", enc_hook=_enc_hook)
+    try:
+        try:
+            data = msgspec.json.encode(parts, order="sorted", enc_hook=_enc_hook)
+        except (TypeError, UnicodeEncodeError, OverflowError):
+            data = repr(parts).encode("utf-8", "backslashreplace")
+    except RecursionError as e:
+        raise InvalidInputError("a message nested too deeply, or one that refers to itself, has no identity") from e
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
@@ -222,6 +259,16 @@ class MessageCodec(ABC, Generic[M]):
 
 
 V = TypeVar("V")
+
+
+def _check_messages(messages: object) -> None:
+    """Refuse what is not a list of messages (``InvalidInputError`` naming it): a string or a
+    dict would be read item by item, and a ``None`` message dropped without a word."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise InvalidInputError(f"the messages must be a list of messages, not {type(messages).__name__}")
+    for index, message in enumerate(messages):
+        if message is None:
+            raise InvalidInputError(f"message {index} of the list is None, not a message")
 
 
 class _Memo(Generic[M, V]):
@@ -298,10 +345,15 @@ class PersistentWindow(Generic[M]):
             self._started = True
 
     async def prepare(self, messages: Sequence[M]) -> Prepared[M]:
-        """The list to send (and keep): held blocks kept, dropped and foreign ones removed, new ones appended."""
+        """The list to send (and keep): held blocks kept, dropped and foreign ones removed, new ones appended.
+
+        Raises:
+            InvalidInputError: ``messages`` is not a list of messages.
+        """
+        _check_messages(messages)
         await self._start()
         parts = self._split.map(messages)
-        owners = self._match([markups for _, markups in parts])
+        owners = self._in_order(self._match([markups for _, markups in parts]))
         result = await self.agent.before_model_call(set(owners.values()))
         keep = {i for i in owners.values() if i not in result.drop}
         self._held = {i: self._held[i] for i in self._held if i in keep}
@@ -318,6 +370,26 @@ class PersistentWindow(Generic[M]):
             out = [self.codec.build(inj.markup) for inj in result.add]
         self._held.update((inj.id, inj.markup) for inj in result.add)
         return Prepared(out, result)
+
+    def _in_order(self, owners: dict[tuple[int, int], str]) -> dict[tuple[int, int], str]:
+        """The matched blocks that stand in the order they were injected in; the others are not held.
+
+        A model reads the last snapshot and the deltas after it, in list order, while the
+        tracker reasons from what is held: a history that moved a block (a delta before
+        its snapshot, a snapshot after newer deltas) would leave the model unable to
+        rebuild what the tracker thinks it holds. Walking from the newest position, a
+        block is kept only when it was injected before every block kept after it; a block
+        out of place is removed from the list and counts as dropped (the tracker then
+        catches up or re-injects).
+        """
+        order = {inj_id: n for n, inj_id in enumerate(self._held)}
+        kept: dict[tuple[int, int], str] = {}
+        low = len(order)
+        for position in sorted(owners, reverse=True):
+            n = order[owners[position]]
+            if n < low:
+                kept[position], low = owners[position], n
+        return kept
 
     def _match(self, blocks: list[list[str]]) -> dict[tuple[int, int], str]:
         """Pair the list's working-memory blocks with held injections, newest first."""
@@ -362,7 +434,12 @@ class EphemeralWindow(Generic[M]):
             self._started = True
 
     async def prepare(self, messages: Sequence[M]) -> Prepared[M]:
-        """The input for this call: the conversation with the window's messages at their anchors."""
+        """The input for this call: the conversation with the window's messages at their anchors.
+
+        Raises:
+            InvalidInputError: ``messages`` is not a list of messages.
+        """
+        _check_messages(messages)
         await self._start()
         conversation = [conv for conv, _ in self._split.map(messages) if conv is not None]
         ids = self._identity.map(conversation)
@@ -404,17 +481,55 @@ class EphemeralWindow(Generic[M]):
 
 def _align(prev: list[Hashable], cur: list[Hashable]) -> tuple[int, int]:
     """``(d, s)``: the fewest leading messages ``d`` of ``prev`` to forget so that the rest of
-    ``prev`` is a contiguous run of ``cur`` starting at ``s``; ``(len(prev), 0)`` when none is.
+    ``prev`` is a contiguous run of ``cur`` starting at ``s`` (the earliest such ``s``);
+    ``(len(prev), 0)`` when none is.
 
-    Linear in the usual cases (trimmed from the front, appended at the end): a ``d`` is
-    only tried where ``prev[d]`` occurs in ``cur``.
+    Quick in the usual cases (trimmed from the front, appended at the end): a ``d`` is only
+    tried where ``prev[d]`` occurs in ``cur``. Repeated messages ("ok", "continue") make
+    that try many places, each a comparison of the whole rest; past a budget of a few
+    comparisons per message it hands over to :func:`_align_linear`, so no history costs
+    more than linear work (it was cubic: seconds before every call for 1,600 messages).
     """
     positions: dict[Hashable, list[int]] = {}
     for index, ident in enumerate(cur):
         positions.setdefault(ident, []).append(index)
+    budget = 4 * (len(prev) + len(cur)) + 64
     for d, ident in enumerate(prev):
         rest = len(prev) - d
         for s in positions.get(ident, ()):
-            if s + rest <= len(cur) and cur[s:s + rest] == prev[d:]:
+            if s + rest > len(cur):
+                break  # positions ascend: no later one fits either
+            budget -= rest
+            if budget < 0:
+                return _align_linear(prev, cur)
+            if cur[s:s + rest] == prev[d:]:
                 return d, s
     return len(prev), 0
+
+
+_APART = object()  # equal to no identity: keeps the two lists apart in _align_linear
+
+
+def _align_linear(prev: list[Hashable], cur: list[Hashable]) -> tuple[int, int]:
+    """:func:`_align` in linear time: the longest suffix of ``prev`` found in ``cur`` is the
+    longest prefix of ``prev`` reversed found in ``cur`` reversed (the Z-function of the two
+    reversed lists joined; among equal lengths the occurrence nearest the end of the
+    reversed ``cur``, which is the earliest ``s``)."""
+    head = prev[::-1]
+    seq: list[object] = [*head, _APART, *cur[::-1]]
+    z = [0] * len(seq)
+    left = right = 0
+    for i in range(1, len(seq)):
+        if i < right:
+            z[i] = min(right - i, z[i - left])
+        while i + z[i] < len(seq) and seq[z[i]] == seq[i + z[i]]:
+            z[i] += 1
+        if i + z[i] > right:
+            left, right = i, i + z[i]
+    best, at = 0, 0
+    for j in range(len(cur)):
+        if z[len(head) + 1 + j] >= best and z[len(head) + 1 + j] > 0:
+            best, at = z[len(head) + 1 + j], j
+    if best == 0:
+        return len(prev), 0
+    return len(prev) - best, len(cur) - at - best

@@ -55,6 +55,7 @@ from signals.errors import InvalidInputError
 from signals.integrations._core import (
     EphemeralWindow,
     MessageCodec,
+    content_identity,
     is_working_memory_system_text,
     is_working_memory_text,
     tool_spec,
@@ -78,12 +79,13 @@ def _is_block(part: types.Part) -> bool:
 
 
 def is_working_memory_message(content: types.Content | Any) -> bool:
-    """True for a ``types.Content`` (or ``types.Part``) that carries only working memory: text
-    parts that are state-signal blocks, or the system-message delivery's text."""
+    """True for a user-role ``types.Content`` (or a ``types.Part``) that carries only working
+    memory: text parts that are state-signal blocks, or the system-message delivery's text.
+    A model turn is the model's own words, even when it quotes a block."""
     if isinstance(content, types.Part):
         return content.text is not None and (is_working_memory_text(content.text)
                                              or is_working_memory_system_text(content.text))
-    if not isinstance(content, types.Content) or not content.parts:
+    if not isinstance(content, types.Content) or not content.parts or content.role == "model":
         return False
     return all(is_working_memory_message(p) for p in content.parts)
 
@@ -92,6 +94,8 @@ class _Codec(MessageCodec[types.Content]):
     """ADK contents for the core: a block is a text part; identity is the content itself."""
 
     def split(self, message: types.Content) -> tuple[types.Content | None, list[str]]:
+        if message.role == "model":  # the model quoting a block is conversation, not working memory
+            return message, []
         parts = message.parts or []
         markups = [p.text for p in parts if p.text is not None and _is_block(p)]
         if not markups:
@@ -102,7 +106,10 @@ class _Codec(MessageCodec[types.Content]):
     def identity(self, message: types.Content) -> Hashable:
         # ADK gives contents no id and rebuilds them from the session's events every call:
         # their JSON is their identity (pydantic's serialiser: a few microseconds a content)
-        return message.model_dump_json(exclude_none=True)
+        try:
+            return message.model_dump_json(exclude_none=True)
+        except ValueError:  # PydanticSerializationError: a lone surrogate in a text, say
+            return content_identity(message.model_dump(exclude_none=True))
 
     def build(self, markup: str) -> types.Content:
         return types.Content(role="user", parts=[types.Part(text=markup)])

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast, overload
 
 from signals.agent import AgentWorkingMemory
 from signals.core.codec import encode_json
+from signals.errors import InvalidInputError
 from signals.integrations._core import (
     TOOL_NAME,
     MessageCodec,
@@ -98,6 +99,9 @@ class AnthropicCodec(MessageCodec[Message]):
         if field(message, "role") != "user":
             return [message, {"role": "user", "content": blocks}]
         content = field(message, "content")
+        if content is not None and not isinstance(content, (str, list, tuple)):
+            raise InvalidInputError(f"a user turn's content must be text or a list of blocks, "
+                                    f"not {type(content).__name__}")
         head = [_text_block(content)] if isinstance(content, str) else list(content or [])
         return [{**message, "content": head + blocks}]
 
@@ -161,7 +165,7 @@ class AnthropicWorkingMemory:
         if field(block, "type") != "tool_use" or field(block, "name") != TOOL_NAME:
             return None
         arguments = field(block, "input")
-        result = await self.agent.call_tool(arguments if isinstance(arguments, (dict, str)) else {})
+        result = await self.agent.call_tool(arguments)  # not an object: an error result naming it
         out: dict[str, Any] = {"type": "tool_result", "tool_use_id": field(block, "id"),
                                "content": encode_json(result)}
         if not result.get("success"):

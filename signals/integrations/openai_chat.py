@@ -98,7 +98,7 @@ class OpenAIChatWorkingMemory:
         if self.last.result.system is None:
             return out
         out = [m for m in out if not (field(m, "role") == "system" and
-                                      is_working_memory_system_text(field(m, "content") or ""))]
+                                      is_working_memory_system_text(field(m, "content")))]
         head = 0
         while head < len(out) and field(out[head], "role") in ("system", "developer"):
             head += 1
@@ -122,5 +122,5 @@ class OpenAIChatWorkingMemory:
         if function is None or field(function, "name") != TOOL_NAME:
             return None
         arguments = field(function, "arguments")
-        result = await self.agent.call_tool(arguments if isinstance(arguments, (dict, str)) else {})
+        result = await self.agent.call_tool(arguments)  # not an object: an error result naming it
         return {"role": "tool", "tool_call_id": field(call, "id"), "content": encode_json(result)}

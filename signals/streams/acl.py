@@ -75,13 +75,16 @@ class Grant:
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    """A bundled Lua script: the key kinds it declares, and the commands it calls per kind.
+    """A bundled Lua script: the key kinds it declares, the commands it calls per kind, and
+    the read-only commands it runs on keys it does not declare (same slot, given by name
+    in its arguments: declaring them would need write access to them).
 
     Keep in step with ``signals/lua/<name>.lua`` (a test compares the calls).
     """
 
     declares: tuple[str, ...]
     calls: Mapping[str, tuple[str, ...]]
+    reads: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 #: The scripts, by file name.
@@ -93,13 +96,15 @@ SCRIPTS: Mapping[str, Script] = {
     # KEYS: thread
     "thread": Script(("thread",), {"thread": ("hget", "hset")}),
     # KEYS: writes, then per lane: trk, sig, snaps (type-checked; mistyped ones deleted;
-    # retention reads a listed snapshot's entry to learn its version)
+    # retention reads a listed snapshot's entry to learn its version); steady-state checks
+    # read the document index and thread owners, and walk the chain
     "commit": Script(("writes", "trk", "sig", "snaps"), {
-        "writes": ("xack",), "trk": ("type", "del", "hmget", "hset"),
+        "writes": ("xack", "xrange"), "trk": ("type", "del", "hmget", "hset"),
         "sig": ("type", "del", "xrevrange", "xadd", "xtrim", "xrange"),
-        "snaps": ("type", "del", "rpush", "lrange", "ltrim")}),
-    # KEYS: writes (read-only walk of a lane's event chain)
-    "chain": Script(("writes",), {"writes": ("xrange",)}),
+        "snaps": ("type", "del", "rpush", "lrange", "ltrim")},
+        reads={"docs": ("hmget",), "thread": ("hget",)}),
+    # KEYS: writes (read-only walk of a lane's event chain; a backlog's stretch read in chunks first)
+    "chain": Script(("writes",), {"writes": ("xrange", "xrevrange")}),
     # KEYS: writes, dlq, fails
     "dead_letter": Script(("writes", "dlq", "fails"), {
         "writes": ("xack",), "dlq": ("xadd",), "fails": ("hdel",)}),
@@ -223,11 +228,13 @@ def user_name(keys: Keys, role: str) -> str:
 def grants_of(role: Role) -> dict[str, Grant]:
     """Everything a role may run per key kind: its own grants plus its scripts' calls.
 
-    A kind a script declares gets read-write access (EVAL needs it on declared keys).
+    A kind a script declares gets read-write access (EVAL needs it on declared keys); the
+    keys it only reads, undeclared, read-only access.
     """
     from_scripts = [{kind: RW(*cmds) for kind, cmds in SCRIPTS[name].calls.items()} for name in role.scripts]
+    reads = [{kind: R(*cmds) for kind, cmds in SCRIPTS[name].reads.items()} for name in role.scripts]
     declared = {kind: RW() for name in role.scripts for kind in SCRIPTS[name].declares}
-    return _merge(role.grants, *from_scripts, declared)
+    return _merge(role.grants, *from_scripts, *reads, declared)
 
 
 def allowed_commands(role: Role, *, cluster: bool = False) -> frozenset[str]:

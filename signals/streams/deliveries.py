@@ -9,11 +9,19 @@ version it applies to (``baseVersion``) and carries every version after it up to
 
 Nothing read back is trusted: an entry that is not a delivery record of this thread (no
 ``e`` field, not UTF-8, not JSON, wrong types, another thread's id, a version outside
-1..2**53, a base version not below the version), or a chain that does not rebuild (a
-delta that does not apply, a text that does not match its cacheKey), raises
-:class:`~signals.errors.CorruptDataError` naming the stream and the entry id. The log is
+1..2**53, a base version not below the version, a lane that is not a lane id, a
+snapshot with a patch kind or a base version, a delta without a patch kind), or a chain
+that does not rebuild (a delta that does not apply, a text that does not match its
+cacheKey), raises :class:`~signals.errors.CorruptDataError` naming the stream and the
+entry id. The log is
 evidence of what a model saw: a reader is told that it was tampered with, not handed a
 guess (the CLI maps it to exit 2).
+
+One log per thread id, written by one window: steps are that window's model calls. Two
+agents (or two adapters) that deliver into one thread id append interleaved records of
+two different windows, and ``view_at`` then answers for neither (a design limit of the
+record, which names no window). Give the second agent ``log_deliveries=False``, or its own
+thread id, to keep the log evidence of one model's context.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
+from redis import exceptions as redis_exc
 
 from signals.core._time import now_iso
 from signals.core.cachekey import cache_key
@@ -28,7 +37,7 @@ from signals.core.codec import FIELD, decode_delivery, encode_json
 from signals.core.models import Delivery
 from signals.core.processor import apply_delta
 from signals.core.window import StepResult
-from signals.errors import CorruptDataError, InvalidInputError
+from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
 from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
@@ -55,16 +64,28 @@ class DeliveryLog:
         self.retention = retention
 
     async def record(self, thread_id: str, lane: str, result: StepResult) -> list[Delivery]:
-        """Append the step's additions (nothing when it added nothing)."""
+        """Append the step's additions (nothing when it added nothing).
+
+        Raises:
+            CorruptDataError: the log's key holds something other than a stream (names it).
+            RedisBusyError: Redis is out of memory.
+        """
         if not result.add:
             return []
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
         now = now_iso()
         records = [inj.delivery(thread_id=thread_id, lane=lane, at=now) for inj in result.add]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for record in records:
-                pipe.xadd(stream, {FIELD: encode_json(record)}, maxlen=self.retention, approximate=True)
-            await pipe.execute()
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for record in records:
+                    pipe.xadd(stream, {FIELD: encode_json(record)}, maxlen=self.retention, approximate=True)
+                await pipe.execute()
+        except redis_exc.OutOfMemoryError as e:
+            raise RedisBusyError(f"delivery log {stream}: Redis is out of memory: {e}") from e
+        except redis_exc.ResponseError as e:  # the pipeline names the command: WRONGTYPE is inside
+            if "WRONGTYPE" not in str(e):
+                raise
+            raise CorruptDataError(f"delivery log {stream} is not a stream") from e
         return records
 
     async def read(self, thread_id: str, *, from_step: int = 0, to_step: int | None = None) -> list[Delivery]:
@@ -174,11 +195,20 @@ def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
     if not 0 <= record.step <= MAX_VERSION or not 1 <= record.version <= MAX_VERSION:
         raise CorruptDataError(f"{where}: step {str(record.step)[:40]} or version {str(record.version)[:40]} "
                                "is out of range")
+    if (record.mode == "delta") != (record.attributes.patch is not None) or \
+            (record.mode == "snapshot" and record.base_version is not None):
+        raise CorruptDataError(f"{where}: a {record.mode} record with patch {record.attributes.patch!r} and "
+                               f"baseVersion {str(record.base_version)[:40]}: a snapshot has neither, "
+                               "a delta has a patch kind")
     if record.base_version is not None and not 0 < record.base_version < record.version:
         raise CorruptDataError(f"{where}: baseVersion {str(record.base_version)[:40]} is not a version "
                                f"below {record.version}")
     if {"r:": "resource", "t:": "thread"}.get(record.lane[:2]) != record.attributes.scope:
         raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} does not fit scope {record.attributes.scope!r}")
+    try:  # a lane is its prefix and an id (no control characters: a reader prints it)
+        validate_id(record.lane[2:], "lane id")
+    except InvalidInputError as e:
+        raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} is not a lane id") from e
     return record
 
 

@@ -59,6 +59,13 @@ async def _dead_letters(redis: Redis, keys: Keys) -> list[str]:
             for _, fields in await redis.xrange(keys.dead_letters(keys.partition(LANE)))]
 
 
+async def _reclaim(redis: Redis, keys: Keys, worker: Consumer, entries: list[RawEntry]) -> None:
+    """Claim ``entries`` for ``worker`` and process them, as its XAUTOCLAIM would."""
+    stream = keys.writes(keys.partition(LANE))
+    claimed = await redis.xclaim(stream, GROUP, worker.name, 0, [entry_id for _, entry_id, _ in entries])
+    await worker.process([(stream, entry_id, fields) for entry_id, fields in claimed])
+
+
 async def _known_behind(redis: Redis, keys: Keys, worker: Consumer, store: WorkingMemoryStore) -> None:
     """Write versions 1..3 and process 1, then 2 alone while the document is at 3: the
     walk from 3 leaves event 3 among the worker's known ids, not yet processed."""
@@ -93,10 +100,11 @@ async def test_reclaim_beside_the_read_loop_is_not_taken_for_forgeries(
     redis_server: RedisServer, redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The read loop's batch holds version 6 (the document at 7): its walk finds 6 and 7.
-    Before it commits, the worker's reclaim processes versions 3..5 (pending for a stalled
-    worker): the walk is skipped (the document's event is known), 3 is the newest known
-    event of that batch, the walk from 3 reaches the tracked 2, and 4 and 5 (genuine)
-    were dead-lettered."""
+    Before it commits, the worker's reclaim processes versions 3 and 5 (pending for a
+    stalled worker, which still holds 4): the walk is skipped (the document's event is
+    known), 3 is the newest known event of that batch, the walk from 3 reaches the
+    tracked 2, and 5 (genuine) was dead-lettered. (3 and 5 do not extend the tracked
+    chain one by one, so the steady-state path does not take the batch.)"""
     store = WorkingMemoryStore(redis, keys=keys)
     worker = Consumer(redis, keys, ConsumerOptions(), "solo")
     await worker.ensure_groups()
@@ -121,14 +129,13 @@ async def test_reclaim_beside_the_read_loop_is_not_taken_for_forgeries(
         return await real(*args, **kwargs)
 
     monkeypatch.setattr(consumer_module, "run_commits", gated)
-    stream = keys.writes(keys.partition(LANE))
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.process, loop_batch)
         await held.wait()
-        claimed = await redis.xclaim(stream, GROUP, worker.name, 0, [entry_id for _, entry_id, _ in stalled])
-        await worker.process([(stream, entry_id, fields) for entry_id, fields in claimed])
+        await _reclaim(redis, keys, worker, [stalled[0], stalled[2]])  # versions 3 and 5
         go.set()
     assert await _dead_letters(redis, keys) == []
+    await _reclaim(redis, keys, worker, [stalled[1]])  # version 4
     await worker.process(await worker.read_batch())
     assert await _dead_letters(redis, keys) == []
     assert (await check_lane(redis, keys, LANE))[-1].value == "# walked\n- write 7"

@@ -121,7 +121,7 @@ def test_the_table_names_every_key_kind_and_only_those() -> None:
     misspelt kind would otherwise render no selector at all)."""
     assert set(KINDS) == {*keys_module._LANE_KINDS, *keys_module._PARTITION_KINDS, "config", "hb"}
     used = {kind for role in ROLES.values() for kind in grants_of(role)}
-    used |= {kind for script in SCRIPTS.values() for kind in (*script.declares, *script.calls)}
+    used |= {kind for script in SCRIPTS.values() for kind in (*script.declares, *script.calls, *script.reads)}
     assert used <= set(KINDS), used - set(KINDS)
 
 
@@ -132,7 +132,7 @@ def test_every_script_the_code_runs_is_in_the_table() -> None:
     assert used <= set(SCRIPTS), used - set(SCRIPTS)
     for name, script in SCRIPTS.items():
         called = {c.lower() for c in re.findall(r"""redis\.p?call\(\s*'(\w+)'""", lua(name))}
-        listed = {c for commands in script.calls.values() for c in commands}
+        listed = {c for commands in (*script.calls.values(), *script.reads.values()) for c in commands}
         assert called == listed, (name, called ^ listed)
 
 

@@ -11,9 +11,10 @@ import pytest
 from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
+from signals.core.cachekey import cache_key
 from signals.core.codec import FIELD, encode_json
 from signals.core.lane import LaneOptions, LaneTracking, advance
-from signals.core.models import Signal, WriteEvent
+from signals.core.models import Attributes, Delivery, Signal, WriteEvent
 from signals.core.render import signal_markup
 from signals.core.window import WindowTracker
 from signals.errors import CorruptDataError
@@ -21,6 +22,7 @@ from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
+from tests.integration.test_hostile_readers import _flags, _run_cli
 from workers.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -144,4 +146,60 @@ async def test_a_forged_base_version_is_corrupt_data(redis: Redis, keys: Keys) -
         entry_id = await redis.xadd(stream, {FIELD: json.dumps(raw)})
         with pytest.raises(CorruptDataError, match=entry_id):
             await log.view_at("t1", 9)
+        await redis.xdel(stream, entry_id)
+
+
+async def test_replay_deliveries_shows_hostile_text_literally(redis_server: RedisServer, redis: Redis, keys: Keys,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A delivery record is printed as text, never as console markup: brackets in a lane id
+    (allowed in ids) and in ``at`` come out as they are, exit 0; a lane with a control
+    character (no id has one: a forged entry) is corrupt data, exit 2 with one line."""
+    def record(lane: str, at: str) -> str:
+        return encode_json(Delivery(thread_id="t1", step=1, lane=lane, version=1, mode="snapshot",
+                                    reason="bootstrap", cache_key=cache_key("markdown", "x"), contents="x",
+                                    attributes=Attributes(format="markdown", scope="resource"), at=at))
+
+    stream = keys.deliveries("t1")
+    await redis.xadd(stream, {FIELD: record("r:[/]x[bold]", "[/at]\x1b[2J")})
+    code, out, err = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--thread", "t1", "--deliveries")
+    assert (code, err) == (0, "") and "r:[/]x[bold] v1 snapshot" in out and "\x1b" not in out
+    entry_id = await redis.xadd(stream, {FIELD: record("r:\x1b[31mu", "now")})
+    code, out, err = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--thread", "t1", "--deliveries")
+    assert code == 2 and out == "" and entry_id in err and err.count("\n") == 1
+
+
+async def test_a_delivery_log_key_of_another_type_is_corrupt_data(redis: Redis, keys: Keys) -> None:
+    """The thread's delivery-log key holding a string: the model call fails with
+    CorruptDataError naming the key (not a raw WRONGTYPE); once the key is repaired the next
+    call delivers the latest version."""
+    (signal, _), = _signals([_doc()])
+    await redis.xadd(keys.signals("r:u"), {FIELD: encode_json(signal)})
+    await redis.set(keys.deliveries("t1"), "not a stream")
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
+    await agent.start()
+    with pytest.raises(CorruptDataError, match=keys.deliveries("t1")):
+        await agent.before_model_call([])
+    await redis.delete(keys.deliveries("t1"))
+    result = await agent.before_model_call([])
+    assert [(a.version, a.mode) for a in result.add] == [(1, "snapshot")]
+    assert agent.window.rebuild([a.id for a in result.add]) == _doc()
+
+
+async def test_a_record_whose_mode_and_fields_disagree_is_corrupt_data(redis: Redis, keys: Keys) -> None:
+    """A snapshot record with a baseVersion or a patch kind, or a delta without a patch kind,
+    is nothing an agent loop writes: refused naming the entry (it was shown as a version range,
+    or read as a snapshot)."""
+    stream = keys.deliveries("t1")
+    log = DeliveryLog(redis, keys)
+    snapshot = Delivery(thread_id="t1", step=1, lane="r:u", version=3, mode="snapshot", reason="bootstrap",
+                        cache_key=cache_key("markdown", "x"), contents="x",
+                        attributes=Attributes(format="markdown", scope="resource"))
+    forged = [json.loads(encode_json(snapshot)) | {"baseVersion": 1},
+              json.loads(encode_json(snapshot)) | {"attributes": {"format": "markdown", "scope": "resource",
+                                                                  "patch": "unified-diff"}},
+              json.loads(encode_json(snapshot)) | {"mode": "delta"}]
+    for raw in forged:
+        entry_id = await redis.xadd(stream, {FIELD: json.dumps(raw)})
+        with pytest.raises(CorruptDataError, match=entry_id):
+            await log.read("t1")
         await redis.xdel(stream, entry_id)

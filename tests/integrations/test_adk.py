@@ -32,10 +32,12 @@ from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
 from signals.core.memory import WorkingMemoryConfig
+from signals.core.models import Attributes
+from signals.core.render import signal_markup
 from signals.core.system_message import working_memory_system_message
 from signals.errors import InvalidInputError
 from signals.integrations._core import is_working_memory_text
-from signals.integrations.adk import WorkingMemory, WorkingMemoryTool, is_working_memory_message
+from signals.integrations.adk import WorkingMemory, WorkingMemoryTool, _Codec, is_working_memory_message
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
@@ -256,3 +258,23 @@ async def test_schema_mode_tool(redis: Redis, keys: Keys) -> None:
     assert [r["success"] for r in results[1:]] == [True, True]  # type: ignore[index]
     doc = await store.get("u", session.id)
     assert doc is not None and json.loads(doc.data) == {"city": "Paris", "age": 36}
+
+
+def test_identity_of_a_content_json_cannot_encode() -> None:
+    """A content holding a lone surrogate (Python's json makes one of a client's ``"\\ud800"``)
+    has an identity, equal for an equal content, not a PydanticSerializationError."""
+    def content() -> types.Content:
+        return types.Content(role="user", parts=[types.Part(text="broken \ud800 text")])
+
+    assert _Codec().identity(content()) == _Codec().identity(content())
+    assert _Codec().identity(content()) != _Codec().identity(types.Content(role="user", parts=[types.Part(text="x")]))
+
+
+def test_a_model_reply_that_echoes_a_block_is_the_models_own() -> None:
+    """A model turn whose text is a working-memory markup (the model quoting its memory) is
+    conversation: it stays in the request and is not working memory; a user turn is."""
+    markup = signal_markup("# Notes\n- likes tea", Attributes(format="markdown", scope="resource"))
+    reply = types.Content(role="model", parts=[types.Part(text=markup)])
+    assert _Codec().split(reply) == (reply, []) and not is_working_memory_message(reply)
+    block = types.Content(role="user", parts=[types.Part(text=markup)])
+    assert _Codec().split(block) == (None, [markup]) and is_working_memory_message(block)

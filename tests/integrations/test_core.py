@@ -6,28 +6,40 @@ core's own rules: the alignment of a trimmed list, the text tests, both window k
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Hashable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
+from signals.core.codec import FIELD, encode_json
+from signals.core.lane import LaneOptions, LaneTracking, advance
 from signals.core.memory import WorkingMemoryConfig
-from signals.core.models import Attributes
+from signals.core.models import Attributes, WriteEvent
 from signals.core.render import signal_markup
 from signals.core.system_message import working_memory_system_message
+from signals.errors import InvalidInputError
 from signals.integrations._core import (
+    TOOL_NAME,
     EphemeralWindow,
     MessageCodec,
     PersistentWindow,
     _align,
+    _align_linear,
     combine_instructions,
     is_working_memory_system_text,
     is_working_memory_text,
 )
+from signals.integrations.anthropic import AnthropicWorkingMemory
+from signals.integrations.openai_agents import ResponsesItemCodec
+from signals.integrations.openai_chat import OpenAIChatWorkingMemory
 from signals.streams.client import connect
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
@@ -202,6 +214,157 @@ async def test_ephemeral_failed_call_changes_nothing(tmp_path: Path) -> None:
         server.start()
         again = await window.prepare([u1, a1, u2, a2, u3])
         assert again.result.add == () and again.messages == [u1, first[1], a1, u2, a2, u3]
+    finally:
+        await redis.aclose()
+        server.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+@pytest.mark.parametrize("schema", [False, True], ids=["markdown", "json"])
+@pytest.mark.parametrize("arguments", [None, 5, [1, 2], "null"])
+async def test_tool_arguments_that_are_not_an_object(redis: Redis, keys: Keys, schema: bool, arguments: object) -> None:
+    """Tool arguments that are not a JSON object (a hand-rolled loop passing what it got) come
+    back to the model as an error naming that, from the agent and both loop helpers, and
+    nothing is written (an empty merge is not a write the model asked for)."""
+    config = WorkingMemoryConfig(schema={"type": "object", "properties": {"name": {"type": "string"}}}) \
+        if schema else None
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", config=config)
+    direct = await agent.call_tool(arguments)  # type: ignore[arg-type]
+    assert direct["success"] is False and "object" in direct["error"], direct
+    anthropic = await AnthropicWorkingMemory(agent).handle_tool_use(
+        {"type": "tool_use", "id": "x", "name": TOOL_NAME, "input": arguments})
+    assert anthropic is not None and anthropic["is_error"] and "object" in json.loads(anthropic["content"])["error"]
+    chat = await OpenAIChatWorkingMemory(agent).handle_tool_call(
+        {"id": "c", "function": {"name": TOOL_NAME, "arguments": arguments}})
+    assert chat is not None and "object" in json.loads(chat["content"])["error"]
+    assert await WorkingMemoryStore(redis, keys=keys, config=agent.config).get("u") is None
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_a_history_that_is_not_a_list_of_messages(redis: Redis, keys: Keys) -> None:
+    """A loop handing over something that is not a list of messages (a string, a dict, None,
+    a None message, an Anthropic user turn whose content is neither text nor blocks) gets
+    InvalidInputError naming it, from both windows and both loop helpers: never a list
+    iterated character by character, a message silently dropped or a turn's content mangled."""
+    lane = LaneTracking()
+    event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=1, data=_doc(1), op="replace",
+                       resource_id="u")
+    lane, signal = advance(lane, event, LaneOptions())
+    await redis.xadd(keys.signals("r:u"), {FIELD: encode_json(signal)})
+    bad: list[Any] = ["hello", {"role": "user", "content": "hi"}, None, [{"role": "user", "content": "hi"}, None]]
+
+    def agent() -> AgentWorkingMemory:
+        return AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", log_deliveries=False)
+
+    prepares = [PersistentWindow(agent(), DictCodec()).prepare, EphemeralWindow(agent(), DictCodec()).prepare,
+                AnthropicWorkingMemory(agent()).prepare, OpenAIChatWorkingMemory(agent()).prepare]
+    for prepare in prepares:
+        for messages in bad:
+            with pytest.raises(InvalidInputError, match="message"):
+                await prepare(messages)
+    with pytest.raises(InvalidInputError, match="content"):
+        await AnthropicWorkingMemory(agent()).prepare([{"role": "user", "content": {"text": "hi"}}])
+    fine = await AnthropicWorkingMemory(agent()).prepare([{"role": "user", "content": None}])
+    assert [b["type"] for b in fine[0]["content"]] == ["text"]
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_ephemeral_identity_of_messages_json_cannot_encode(redis: Redis, keys: Keys) -> None:
+    """A message that canonical JSON cannot encode (a lone surrogate a JSON client sent as
+    ``\\ud800``, a non-string key) still has a stable identity: the block keeps its anchor
+    and nothing is re-added; a message that refers to itself is an InvalidInputError."""
+    lane = LaneTracking()
+    event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=1, data=_doc(1), op="replace",
+                       resource_id="u")
+    lane, signal = advance(lane, event, LaneOptions())
+    await redis.xadd(keys.signals("r:u"), {FIELD: encode_json(signal)})
+    window = EphemeralWindow(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"), DictCodec())
+    odd: list[Any] = [{"role": "user", "content": "broken \ud800 text"}, {"role": "user", "content": "x", 1: "y"}]
+    first = (await window.prepare(odd)).messages
+    again = await window.prepare([dict(m) for m in odd] + [{"role": "assistant", "content": "ok"}])
+    assert again.result.add == () and again.messages[:3] == first
+    assert ResponsesItemCodec().identity({"role": "user", "content": "\ud800"}) == \
+        ResponsesItemCodec().identity({"role": "user", "content": "\ud800"})
+    loop: dict[str, Any] = {"role": "user", "content": "x"}
+    loop["self"] = loop
+    with pytest.raises(InvalidInputError, match="refers to itself"):
+        await window.prepare([loop])
+
+
+class _Counted:
+    """An identity that counts how often it is compared (distinct objects, equal by value)."""
+
+    compared = 0
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        _Counted.compared += 1
+        return isinstance(other, _Counted) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+def test_align_work_stays_linear_when_messages_repeat() -> None:
+    """A long history of one repeated message ("continue", "ok") with one message rewritten in
+    the middle: the alignment compares messages a bounded number of times per message (it was
+    cubic: 1,600 messages took seconds of the event loop before every model call)."""
+    n = 1200
+    prev = [_Counted("hi") for _ in range(n)]
+    cur = [_Counted("hi") for _ in range(n // 2)] + [_Counted("new")] + [_Counted("hi") for _ in range(n // 2)]
+    _Counted.compared = 0
+    assert _align(prev, cur) == (n // 2, 0)
+    assert _Counted.compared < 20 * (len(prev) + len(cur))
+
+
+def _align_reference(prev: list[str], cur: list[str]) -> tuple[int, int]:
+    for d in range(len(prev)):
+        for s in range(len(cur) - (len(prev) - d) + 1):
+            if cur[s:s + len(prev) - d] == prev[d:]:
+                return d, s
+    return len(prev), 0
+
+
+@given(prev=st.lists(st.sampled_from("abc"), max_size=12), cur=st.lists(st.sampled_from("abc"), max_size=12))
+def test_align_is_the_longest_tail_earliest(prev: list[str], cur: list[str]) -> None:
+    """Both ways of aligning (the quick one and the linear one it falls back to) give the
+    fewest messages to forget and, among equal ones, the earliest place."""
+    assert _align(prev, cur) == _align_linear(prev, cur) == _align_reference(prev, cur)
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_persistent_failed_call_changes_nothing(tmp_path: Path) -> None:
+    """Redis goes away during a persistent window's call: the call fails, the loop keeps its
+    list, and once Redis is back the same list gets what it needs, with no version twice."""
+    server = RedisServer(data_dir=str(tmp_path)).start()
+    keys = Keys("t" + uuid.uuid4().hex[:10], 4)
+    redis = connect(server.url)
+    try:
+        lane = LaneTracking()
+        for version in (1, 2):
+            event = WriteEvent(lane="r:u", scope="resource", format="markdown", version=version, data=_doc(version),
+                               op="replace", resource_id="u")
+            lane, signal = advance(lane, event, LaneOptions())
+            await redis.xadd(keys.signals("r:u"), {FIELD: encode_json(signal)})
+            if version == 1:
+                window = PersistentWindow(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"),
+                                          DictCodec())
+                history = (await window.prepare([{"role": "user", "content": "hi"}])).messages
+        await redis.save()
+        server.kill()
+        with pytest.raises(redis_exc.ConnectionError):
+            await window.prepare([*history, {"role": "user", "content": "more"}])
+        server.start()
+        sent = (await window.prepare([*history, {"role": "user", "content": "more"}])).messages
+        markups = [m["content"] for m in sent if is_working_memory_text(m["content"])]
+        assert len(markups) == 2 and markups[0] == history[1]["content"] and 'patch="unified-diff"' in markups[1]
+        assert window.agent.window.rebuild(list(window._held)) == _doc(2)
     finally:
         await redis.aclose()
         server.stop()

@@ -193,3 +193,16 @@ async def test_bad_tool_arguments_come_back_as_an_error(redis: Redis, keys: Keys
     assert json.loads(answer["content"])["success"] is False
     assert await wm.handle_tool_call({"id": "c2", "function": {"name": "search", "arguments": "{}"}}) is None
     assert await WorkingMemoryStore(redis, keys=keys).get("u") is None
+
+
+async def test_system_message_delivery_with_a_content_parts_system_message(redis: Redis, keys: Keys) -> None:
+    """A system message given as content parts (the API allows a list) is the loop's own: under
+    system-message delivery it stays, and the working-memory system message follows it."""
+    wm = OpenAIChatWorkingMemory(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1",
+                                                    delivery="system-message"))
+    own = {"role": "system", "content": [{"type": "text", "text": "You are helpful."}]}
+    sent = await wm.prepare([own, {"role": "user", "content": "hi"}])
+    assert sent[0] is own and is_working_memory_message(sent[1]) and sent[2]["content"] == "hi"
+    again = await wm.prepare(sent)
+    assert again == sent
+    assert not is_working_memory_message({"role": "user", "content": None})

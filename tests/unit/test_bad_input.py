@@ -15,7 +15,13 @@ import pytest
 from redis import exceptions as redis_exc
 
 from signals.core.codec import decode_json, decode_signal
-from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace, parse_merge_input
+from signals.core.memory import (
+    WorkingMemoryConfig,
+    apply_merge,
+    apply_replace,
+    lone_surrogate_escape,
+    parse_merge_input,
+)
 from signals.core.merge import MAX_DEPTH, check_json_value
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
 from signals.streams.client import TLSOptions, connect
@@ -209,3 +215,14 @@ def test_busy_replies_parse_as_redis_busy_errors() -> None:
         assert isinstance(error, RedisBusyError) and isinstance(error, redis_class), reply
     assert not isinstance(parse("ERR unknown command"), RedisBusyError)
     assert "BUSYGROUP" in str(parse("BUSYGROUP Consumer Group name already exists"))
+
+
+def test_lone_surrogate_escape_in_merge_json_is_named() -> None:
+    """A ``\\ud800`` escape that is not half of a pair: msgspec says "Input data was truncated";
+    the error names the escape and why it cannot be stored instead."""
+    with pytest.raises(InvalidInputError, match=r"\\ud800 at character 7: a lone surrogate"):
+        parse_merge_input('{"a": "\\ud800"}')
+    assert parse_merge_input('{"a": "\\ud83d\\ude00"}') == {"a": "\U0001f600"}
+    assert lone_surrogate_escape('{"a": "\\\\ud800"}') is None        # an escaped backslash, then text
+    assert lone_surrogate_escape('{"a": "\\udc00"}') == "\\udc00"      # a low half alone
+    assert lone_surrogate_escape('{"a": "\\ud83dx"}') == "\\ud83d"     # a high half not followed by a low one

@@ -1,9 +1,11 @@
--- A worker's commit for one partition. Per lane, atomically: check the lane's keys have
--- their types, compare-and-set on the tracking's processed write version, check the
--- signal stream still ends at the signal the tracking names, then append the lane's new
--- signals (trimming only at snapshot boundaries), store the tracking and acknowledge the
--- lane's write events. A lane that fails a check is left untouched and its status says
--- why; the worker recomputes it. Nothing read here is trusted: ids are checked before use.
+-- A worker's commit for one partition. Per lane, atomically: for a lane planned without
+-- reading its document (the steady state), check the document is what the plan assumed;
+-- check the lane's keys have their types, compare-and-set on the tracking's processed
+-- write version, check the signal stream still ends at the signal the tracking names,
+-- then append the lane's new signals (trimming only at snapshot boundaries), store the
+-- tracking and acknowledge the lane's write events. A lane that fails a check is left
+-- untouched and its status says why; the worker recomputes it. Nothing read here is
+-- trusted: ids are checked before use.
 -- KEYS: 1 writes stream, then per lane i: trk, sig, snaps
 -- ARGV: 1 group, 2 signals to retain per lane, 3 JSON array, one object per lane (below),
 --   4 age to retain in ms (0: none; see the retention section):
@@ -16,13 +18,36 @@
 --   repair     1: delete lane keys of the wrong type, and with reset=1 the signal stream and
 --              snapshot list, before appending (the first signal is then a snapshot)
 --   fields     the tracking hash to store, by name
---   signals, macs, snapshot, acks   the signal JSONs, their MACs ('' = none), 0/1 per
---              signal, the write entry ids to acknowledge
--- Returns one item per lane: {'ok', tail id}, {'conflict'}, {'resnap'}, {'type', keys} or
--- {'reset', key} (the signal stream takes no new entry: the lane needs a new one).
+--   signals    the number of the lane's signals: their JSON texts follow the JSON array as
+--              arguments of their own (ARGV 6...), lane after lane (escaped into the array,
+--              their decoding cost the script more than anything else it does with them)
+--   macs, snapshot, acks   the signals' MACs ('' = none), 0/1 per signal, the write
+--              entry ids to acknowledge
+--   check      false, or (a lane planned without reading its document: the steady state)
+--              what the plan assumed, verified here before anything of the lane is written:
+--              lane, version (the batch's highest of the lane), format, stops (ids known to
+--              be on the lane's chain: the batch's newest event of the lane, and the newest
+--              id an earlier walk found), thread and owner (thread lanes: the owner record's
+--              key and the resource the events name; false otherwise)
+-- ARGV 5: the partition's document index (lane -> '<version> <event id> <format>'): read
+--   only, so it is not declared (EVAL would need write access to it); it shares the slot.
+-- Returns one item per lane: {'ok', tail id, ids a check walked...}, {'conflict'},
+-- {'resnap'}, {'type', keys}, {'reset', key} (the signal stream takes no new entry: the
+-- lane needs a new one) or {'unverified'} (the check failed: the lane is planned again
+-- from its document).
 local group = ARGV[1]
 local lanes = cjson.decode(ARGV[3])
 local wanted = {'hash', 'stream', 'list'}
+local walk_limit = 32
+local next_signal = 6
+for _, lane in ipairs(lanes) do
+  local texts = {}
+  for s = 1, lane.signals do
+    texts[s] = ARGV[next_signal]
+    next_signal = next_signal + 1
+  end
+  lane.signals = texts
+end
 
 local function is_id(s)
   return type(s) == 'string' and string.match(s, '^%d+%-%d+$') ~= nil
@@ -40,8 +65,7 @@ local function mistyped(key, want)
   return t ~= 'none' and t ~= want
 end
 
--- ===== retention (signals.core.retention): trim only at snapshot boundaries =============
--- A lane keeps at least `retain_signals` signals and every signal younger than
+-- ===== retention (signals.core.retention): trim only at snapshot boundaries ======-- A lane keeps at least `retain_signals` signals and every signal younger than
 -- `retain_age_ms`. The snapshot list holds the ids of the lane's retained snapshots, oldest
 -- first; after a commit appends a snapshot, the stream is trimmed to the newest listed
 -- snapshot S that leaves both floors intact: the signals from S on (the lane's last
@@ -108,6 +132,50 @@ local function retain(sig, snaps, newest, newest_v, last_v)
   redis.call('XTRIM', sig, 'MINID', keep_id)
 end
 -- ===== end of retention ==================================================================
+-- The document index entries of the lanes with a check, by lane (one HMGET per 1,000).
+local function index_entries()
+  local names, entries = {}, {}
+  for _, lane in ipairs(lanes) do
+    if lane.check then names[#names + 1] = lane.check.lane end
+  end
+  for a = 1, #names, 1000 do
+    local reply = redis.pcall('HMGET', ARGV[5], unpack(names, a, math.min(a + 999, #names)))
+    if reply.err then return {} end -- not a hash: every check fails, the careful path reports it
+    for j = 1, #reply do entries[names[a + j - 1]] = reply[j] end
+  end
+  return entries
+end
+
+-- Whether the lane's document is still what its plan assumed: its index entry is well
+-- formed, of the events' format, at or past their versions, its thread owned by the
+-- events' resource, and its event chain leads back to the batch's newest event (or to an
+-- id already known to be on the chain) within walk_limit steps. A genuine event names the
+-- one before it (field p, see write.lua), so each id the walk passes is genuine. Returns
+-- the ids walked (nil: the check failed).
+local function verified(check, entry)
+  if type(entry) ~= 'string' then return nil end
+  local version, eid, format = string.match(entry, '^(%d+) (%d+%-%d+) (%l+)$')
+  if version == nil or #version > 16 or format ~= check.format or tonumber(version) < check.version then
+    return nil
+  end
+  if check.thread and redis.pcall('HGET', check.thread, 'resource') ~= check.owner then return nil end
+  local stops = {}
+  for _, id in ipairs(check.stops) do stops[id] = true end
+  local cursor, path = eid, {}
+  for _ = 1, walk_limit do
+    if stops[cursor] then return path end
+    path[#path + 1] = cursor
+    local reply = redis.pcall('XRANGE', KEYS[1], cursor, cursor)
+    if reply.err or reply[1] == nil then return nil end
+    local fields, prev = reply[1][2], nil
+    for f = 1, #fields, 2 do
+      if fields[f] == 'p' then prev = fields[f + 1] end
+    end
+    if not is_id(prev) then return nil end
+    cursor = prev
+  end
+  return nil
+end
 
 local function has_snapshot(flags)
   for _, flag in ipairs(flags) do
@@ -116,11 +184,13 @@ local function has_snapshot(flags)
   return false
 end
 
+local index = index_entries()
 local out = {}
 for i, lane in ipairs(lanes) do
   local k = 2 + (i - 1) * 3
   local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local status = nil
+  local walked = lane.check and verified(lane.check, index[lane.check.lane])
   if lane.repair == 1 then
     -- a lane under repair: keys of another type go (the worker saw one, or the tracking is junk)
     local bad = {}
@@ -140,7 +210,9 @@ for i, lane in ipairs(lanes) do
   else
     -- the usual path: a key of another type shows as an error of the command that reads it
     local cur = redis.pcall('HMGET', trk, 'wv', 'v')
-    if cur.err then
+    if lane.check and not walked then
+      status = {'unverified'}
+    elseif cur.err then
       status = {'type', trk}
     elseif (cur[1] or '') ~= lane.expected or (cur[2] or '') ~= lane.expected_v then
       status = {'conflict'}
@@ -197,6 +269,7 @@ for i, lane in ipairs(lanes) do
       redis.call('XACK', KEYS[1], group, unpack(lane.acks, a, math.min(a + 999, #lane.acks)))
     end
     status = {'ok', tail}
+    for _, id in ipairs(walked or {}) do status[#status + 1] = id end
   end
   out[i] = status
 end
