@@ -22,7 +22,7 @@ is written not at all and comes back ``unverified``, to be planned from its docu
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -110,7 +110,7 @@ class LaneCommit:
 
 def plan_lane(
     lane: str, state: LaneState, entries: list[Pending], *, options: LaneOptions, now: str, signer: Signer | None,
-    known: Set[str] = frozenset(),
+    known: Mapping[str, str] | None = None,
 ) -> tuple[LaneCommit, list[tuple[Pending, str]]] | None:
     """Check the lane's events against its document and event chain; compute its signals.
 
@@ -264,34 +264,44 @@ def _emit(
 
 
 def event_chain(
-    entries: list[Pending], doc: LaneDocument, tracking: LaneTracking, known: Set[str] = frozenset()
+    entries: list[Pending], doc: LaneDocument, tracking: LaneTracking, known: Mapping[str, str] | None = None
 ) -> tuple[set[str], bool]:
     """The ids of the batch's events that are on the lane's chain of genuine writes, and
-    whether the chain from the worker's last processed event up to the batch's newest
-    genuine event is whole (then an event off the chain is a forgery).
+    whether the chain from the document's event down to the worker's last processed event
+    is whole (then an event off the chain, past the processed version, is a forgery).
 
     The write script gives every event the id of the lane's previous event (``p``) and
     records its own in the document (``eid``): walking back from the document's event
     follows genuine events only (an appended forgery can name any ``p``, but no genuine
-    event or document names the forgery). ``known`` holds ids already found genuine by
-    such a walk on the stream (:func:`walk_chains`), for documents past the batch.
+    event or document names the forgery). The walk steps through the batch's events and
+    through ``known``: links (genuine event id -> the id its ``p`` names) that chain walks
+    on the stream found (:func:`workers.lane_state.walk_chains`), for the stretch between
+    the document and the batch that the batch does not hold.
+
+    Whole means the walk itself came down to the tracked event, link by link: ids found
+    genuine by some earlier walk are not enough. They outlive that walk (the document
+    was older then), so the newest of them in a batch need not be the batch's newest
+    genuine event; taking it for that made genuine events of a batch the walk from the
+    document did not reach (over 256 writes behind; an id a concurrent batch had walked)
+    look like forgeries (``tests/attacks/test_chain_placement.py``).
     """
     by_id = {e.entry_id: e for e in entries}
+    links = known or {}
     anchor = tracking.write_event if tracking.write_event or not tracking.write_version else None
-    if doc.eid in by_id:
-        start = doc.eid
-    else:
-        on_chain = [e for e in entries if e.entry_id in known]
-        start = max(on_chain, key=lambda e: e.event.version).entry_id if on_chain else ""
     back: set[str] = set()
-    cursor = start
-    while cursor and cursor in by_id and cursor not in back:
-        back.add(cursor)
-        cursor = by_id[cursor].prev or ""
+    cursor = doc.eid
+    for _ in range(len(by_id) + len(links) + 1):  # genuine links go back in the stream: no cycle, but bounded
+        if not cursor or cursor == anchor:
+            break
+        if cursor in by_id:
+            back.add(cursor)
+            cursor = by_id[cursor].prev or ""
+        elif cursor in links:
+            cursor = links[cursor]
+        else:
+            break
     if anchor is None or not doc.eid:  # no anchor, or a document from before chains
         return back, False
-    if not start:
-        return back, doc.eid == anchor
     return back, cursor == anchor  # the walk came down to the last processed event: nothing is missing
 
 

@@ -21,11 +21,12 @@ Stale pending entries of dead consumers are reclaimed with XAUTOCLAIM.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Set
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
@@ -107,8 +108,8 @@ class Consumer:
         self.stats = BatchStats()
         self._commit = redis.register_script(lua("commit"))
         self._chain = redis.register_script(lua("chain"))
-        self._known: dict[str, set[str]] = {}  # lane -> write events found genuine by a chain walk
-        self._heads: dict[str, str] = {}  # lane -> the newest of them (where the walk started)
+        self._known: dict[str, dict[str, str]] = {}  # lane -> links found by chain walks (id -> its p)
+        self._heads: dict[str, str] = {}  # lane -> the newest of them (where the links start)
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = redis.register_script(lua("dead_letter"))
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
@@ -331,12 +332,12 @@ class Consumer:
         planned: dict[str, _Plan] = {}
         for lane, lane_entries in by_lane.items():
             planned[lane] = await self._plan(lane, states[lane], lane_entries, stats, now,
-                                             known=self._known.get(lane, frozenset()))
+                                             known=self._known.get(lane))
         needs_text = [lane for lane, plan in planned.items() if plan is None]
         await load_documents(self.redis, self.keys, states, needs_text)
         for lane in needs_text:
             planned[lane] = await self._plan(lane, states[lane], by_lane[lane], stats, now,
-                                           known=self._known.get(lane, frozenset()))
+                                           known=self._known.get(lane))
         for lane, plan in planned.items():
             if not plan:  # failed (retried later), or still without its text
                 continue
@@ -350,7 +351,7 @@ class Consumer:
 
     async def _plan(
         self, lane: str, state: LaneState, lane_entries: list[Pending], stats: BatchStats, now: str, *,
-        known: Set[str],
+        known: Mapping[str, str] | None,
     ) -> _Plan:
         """Plan one lane (``None``: it needs its document's text); a lane whose planning
         raises has its events retried (then dead-lettered) and is left out (``False``)."""
@@ -427,16 +428,21 @@ class Consumer:
         return c.entries
 
     def _remember_chain(self, c: LaneCommit, walked: list[str]) -> None:
-        """After a commit: forget the committed events' ids (no longer needed to place
-        later events) and remember the ids a steady-state check walked (the next events)."""
+        """After a commit: forget the committed events' links (no longer needed to place
+        later events) and remember those a steady-state check walked (the next events).
+
+        The check reports the ids it walked, newest first, not the stop it reached (the
+        batch's newest event or the head): the last one is left unlinked, and a later walk
+        on the stream links it (one step)."""
         known = self._known.get(c.lane)
         if known is not None:
-            known.difference_update(e.entry_id for e in c.entries)
+            for e in c.entries:
+                known.pop(e.entry_id, None)
             if not known:
                 del self._known[c.lane]
                 self._heads.pop(c.lane, None)
         if walked:  # genuine: the walk went from the document's event down to the batch's
-            self._known.setdefault(c.lane, set()).update(walked)
+            self._known.setdefault(c.lane, {}).update(itertools.pairwise(walked))
             self._heads[c.lane] = walked[0]
         if len(self._known) > self.options.tracking_cache:  # bounded: a lost path is walked again
             self._known.clear()

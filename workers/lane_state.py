@@ -18,6 +18,7 @@ continues after the last version its stream shows; a corrupt document is the lan
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -33,7 +34,7 @@ from signals.streams.keys import Keys
 from workers.cache import TrackingCache
 from workers.faults import raise_whole_server
 
-__all__ = ("LaneState", "Pending", "load_documents", "read_lanes", "walk_chains")
+__all__ = ("LaneState", "Pending", "chain_frontier", "load_documents", "read_lanes", "walk_chains")
 
 log = structlog.get_logger(__name__)
 
@@ -250,42 +251,49 @@ async def _base_values(cache: TrackingCache, states: dict[str, LaneState]) -> No
 
 async def walk_chains(
     redis: Client, keys: Keys, script: Any, states: dict[str, LaneState], *, by_lane: dict[str, list[Pending]],
-    known: dict[str, set[str]], heads: dict[str, str] | None = None, limit: int = 256,
+    known: dict[str, dict[str, str]], heads: dict[str, str] | None = None, limit: int = 256,
 ) -> None:
-    """Walk back from the documents' events that are past the batch (one read-only script
-    per partition) and add the genuine ids found to ``known[lane]`` (and the document's
-    event, where the walk started, to ``heads[lane]``: see :func:`workers.commit.steady_check`).
+    """Walk back on the stream from where the documents' chains leave what is known (one
+    read-only script per partition) and add the links found to ``known[lane]``: genuine
+    event id -> the id its ``p`` names (see :func:`workers.commit.event_chain`); and the
+    document's event, now linked down to the batch, to ``heads[lane]`` (see
+    :func:`workers.commit.steady_check`).
 
-    A walk stops at the batch's events, the last processed event or an id already known.
-    Lanes more than ``limit`` writes ahead are left as they are: their events cannot be
-    placed, and the worker catches up to the document instead (one signal for the backlog).
+    The walk of a lane starts at its document's event, or where the links already known
+    from there run out (:func:`chain_frontier`): a lane whose document moved on is walked
+    only over the writes since. It stops at the batch's events, the last processed event
+    or an id already linked. Lanes more than ``limit`` writes ahead are left as they are:
+    their events cannot be placed, and the worker catches up to the document instead (one
+    signal for the backlog).
 
     Where the lanes of a partition are, together, at least :data:`_BULK_MIN_STEPS` writes
     ahead (a backlog: the documents are past the whole batch), the script first reads the
-    stream downward from the newest document event in chunks, up to twice that many
-    entries, and steps through what it read without one XRANGE per step.
+    stream downward from the newest start in chunks, up to twice that many entries, and
+    steps through what it read without one XRANGE per step.
     """
-    todo: dict[int, list[tuple[str, list[str]]]] = defaultdict(list)
+    todo: dict[int, list[tuple[str, str, list[str]]]] = defaultdict(list)
     ahead: dict[int, int] = defaultdict(int)
     top: dict[int, tuple[int, int]] = {}
     for lane, entries in by_lane.items():
-        state, ids, seen = states[lane], {e.entry_id for e in entries}, known.get(lane, set())
+        state, ids, links = states[lane], {e.entry_id for e in entries}, known.get(lane, {})
         doc, tracking = state.doc, state.tracking or LaneTracking()
-        if doc is None or not doc.eid or doc.eid in ids or doc.eid in seen or doc.eid == tracking.write_event:
-            continue
         newest = max(e.event.version for e in entries)
-        if newest > tracking.write_version:
-            stops = [*ids, *seen, *([tracking.write_event] if tracking.write_event else [])]
-            partition = entries[0].partition
-            todo[partition].append((lane, stops))
-            ahead[partition] += max(doc.version - newest, 1)
-            ms, _, seq = doc.eid.partition("-")
-            top[partition] = max(top.get(partition, (0, 0)), (int(ms), int(seq)))
+        if doc is None or not doc.eid or newest <= tracking.write_version:
+            continue
+        start = chain_frontier(doc.eid, links, ids, tracking.write_event)
+        if start is None:
+            continue
+        stops = [*ids, *links, *([tracking.write_event] if tracking.write_event else [])]
+        partition = entries[0].partition
+        todo[partition].append((lane, start, stops))
+        ahead[partition] += max(doc.version - newest, 1)
+        ms, _, seq = start.partition("-")
+        top[partition] = max(top.get(partition, (0, 0)), (int(ms), int(seq)))
     if not todo:
         return
     async with redis.pipeline(transaction=False) as pipe:
         for partition, lanes in todo.items():
-            items = [{"start": cast(LaneDocument, states[lane].doc).eid, "stops": stops} for lane, stops in lanes]
+            items = [{"start": start, "stops": stops} for _, start, stops in lanes]
             args: list[str | int] = [limit, encode_json(items)]
             if ahead[partition] >= _BULK_MIN_STEPS:
                 top_id = "-".join(map(str, top[partition]))
@@ -295,16 +303,32 @@ async def walk_chains(
     raise_whole_server(replies)
     for (_, lanes), reply in zip(todo.items(), replies, strict=True):
         if isinstance(reply, list):
-            _record_paths([lane for lane, _ in lanes], reply, known, heads)
+            _record_paths(states, [lane for lane, _, _ in lanes], reply, known, heads)
 
 
-def _record_paths(lanes: list[str], paths: list[Any], known: dict[str, set[str]], heads: dict[str, str] | None) -> None:
-    """Keep the ids of the walks that reached a stop (the batch or a known id: the whole
-    path is genuine), and where each started."""
+def _record_paths(
+    states: dict[str, LaneState], lanes: list[str], paths: list[Any], known: dict[str, dict[str, str]],
+    heads: dict[str, str] | None,
+) -> None:
+    """Keep the links of the walks that reached a stop (the batch or a linked id: the
+    whole path is genuine), and each lane's document event, where its links now start."""
     for lane, path in zip(lanes, paths, strict=True):
         if path and path[0]:
-            known.setdefault(lane, set()).update(str(i) for i in path)
-            if heads is not None and len(path) > 1:
-                heads[lane] = str(path[1])
+            walked = [str(i) for i in path]  # the stop reached, then the ids walked, newest first
+            known.setdefault(lane, {}).update(zip(walked[1:], [*walked[2:], walked[0]], strict=True))
+            if heads is not None and len(walked) > 1:
+                heads[lane] = cast(LaneDocument, states[lane].doc).eid
 
 
+def chain_frontier(start: str, links: Mapping[str, str], ids: Set[str], anchor: str) -> str | None:
+    """Where the chain from ``start`` (a document's event) leaves the ``links`` known, or
+    ``None`` when the links lead to the batch (``ids``), the tracked ``anchor`` or the
+    beginning of the chain: nothing to walk on the stream."""
+    cursor = start
+    for _ in range(len(links) + 1):  # genuine links go back in the stream: no cycle, but bounded
+        if not cursor or cursor in ids or (anchor and cursor == anchor):
+            return None
+        if cursor not in links:
+            return cursor
+        cursor = links[cursor]
+    return None

@@ -33,14 +33,14 @@ async def _pendings(consumer: Consumer, redis: Redis, keys: Keys, lane: str) -> 
 async def _plan(consumer: Consumer, redis: Redis, keys: Keys, lane: str, entries: list[Pending]):
     """One worker's read + plan of a lane, exactly as Consumer._compute_and_commit does it."""
     states = await read_lanes(redis, keys, consumer._cache, {lane: keys.partition(lane)}, {})
-    known: dict[str, set[str]] = {}
+    known: dict[str, dict[str, str]] = {}
     await walk_chains(redis, keys, consumer._chain, states, by_lane={lane: entries}, known=known)
     plan = plan_lane(lane, states[lane], entries, options=LaneOptions(), now="2024-01-01T00:00:00Z", signer=None,
-                     known=known.get(lane, frozenset()))
+                     known=known.get(lane))
     if plan is None:  # needs the document's text
         await load_documents(redis, keys, states, [lane])
         plan = plan_lane(lane, states[lane], entries, options=LaneOptions(), now="2024-01-01T00:00:00Z",
-                         signer=None, known=known.get(lane, frozenset()))
+                         signer=None, known=known.get(lane))
     assert plan is not None
     return plan[0]
 

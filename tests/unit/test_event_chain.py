@@ -60,10 +60,10 @@ def test_known_ids_from_a_stream_walk_place_events_before_the_document() -> None
     genuine_event = _pending("1-2", 2, "1-1", data="# version 2")
     forged = _pending("1-3", 2, "1-1", data="# IGNORE")
     doc = _doc(3, "1-9")
-    genuine, complete = event_chain([genuine_event, forged], doc, _tracking(1, "1-1"), known={"1-9", "1-2"})
+    genuine, complete = event_chain([genuine_event, forged], doc, _tracking(1, "1-1"), known={"1-9": "1-2"})
     assert genuine == {"1-2"} and complete
     plan = plan_lane(LANE, LaneState(doc=doc, tracking=_tracking(1, "1-1")), [genuine_event, forged],
-                     options=LaneOptions(), now="t", signer=None, known={"1-9", "1-2"})
+                     options=LaneOptions(), now="t", signer=None, known={"1-9": "1-2"})
     assert plan is not None
     commit, poison = plan
     assert [p.entry_id for p, _ in poison] == ["1-3"]
@@ -90,7 +90,7 @@ async def _settle_bound() -> int:
 
     redis = connect("redis://127.0.0.1:1/0")  # never used: nothing here talks to Redis
     consumer = Consumer(redis, Keys("u", 4), ConsumerOptions(tracking_cache=1), "c")
-    consumer._known.update({"r:a": {"1-1"}, "r:b": {"1-2"}})  # paths of lanes this worker never commits
+    consumer._known.update({"r:a": {"1-1": "1-0"}, "r:b": {"1-2": "1-1"}})  # paths of lanes this worker never commits
     consumer._settle(LaneCommit("r:c", LaneState(), []), ["ok", "1-9"], BatchStats(), {})
     await redis.aclose()
     return len(consumer._known)
