@@ -14,12 +14,12 @@ real model, pass ``model="gemini-2.5-flash"`` to the ``LlmAgent``: nothing else 
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import AsyncGenerator
 
 import _offline  # noqa: F401 - first: no network, no telemetry, whatever the environment says
 import anyio
+from _run import print_rebuilt, run_example
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 from google.adk.apps._configs import EventsCompactionConfig
@@ -36,8 +36,6 @@ from google.genai import types
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.adk import WorkingMemory, is_working_memory_message
 from signals.streams.progress import wait_caught_up
-from workers.embedded import RedisServer
-from workers.logging import configure_logging
 from workers.settings import Settings
 from workers.supervisor import run_worker
 
@@ -108,19 +106,10 @@ async def main(url: str) -> None:
             message = types.Content(role="user", parts=[types.Part(text=f"user message {turn}")])
             async for _ in runner.run_async(user_id="ada", session_id=session.id, new_message=message):
                 pass
-        calls = len(model.calls)
-        view = await wm.memory.log.view_at(session.id, calls) if wm.memory.log else None
-        if view is not None:
-            print(f"delivery log: at call {calls} the model could rebuild version {view.version}:")
-            print(view.text)
+        await print_rebuilt(wm.memory.log, session.id, len(model.calls))
         stop.set()
     await redis.aclose()
 
 
 if __name__ == "__main__":
-    configure_logging("console", "warning")
-    if len(sys.argv) > 1:
-        anyio.run(main, sys.argv[1])
-    else:
-        with RedisServer() as server:
-            anyio.run(main, server.url)
+    run_example(main)

@@ -14,19 +14,17 @@ With a real key, drop ``http_client=`` and ``base_url=`` and the loop is unchang
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from typing import Any
 
 import anthropic
 import anyio
 import httpx2
+from _run import run_example
 
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.anthropic import AnthropicWorkingMemory, is_working_memory_message
 from signals.streams.progress import wait_caught_up
-from workers.embedded import RedisServer
-from workers.logging import configure_logging
 from workers.settings import Settings
 from workers.supervisor import run_worker
 
@@ -102,9 +100,4 @@ async def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    configure_logging("console", "warning")
-    if len(sys.argv) > 1:
-        anyio.run(main, sys.argv[1])
-    else:
-        with RedisServer() as server:
-            anyio.run(main, server.url)
+    run_example(main)

@@ -14,12 +14,12 @@ else changes.
 
 from __future__ import annotations
 
-import sys
 import uuid
 from typing import Any
 
 import _offline  # noqa: F401 - first: no network, no tracing, whatever the environment says
 import anyio
+from _run import print_rebuilt, run_example
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
 from langchain_core.language_models import BaseChatModel
@@ -30,8 +30,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.langchain import WorkingMemoryMiddleware, is_working_memory_message
 from signals.streams.progress import wait_caught_up
-from workers.embedded import RedisServer
-from workers.logging import configure_logging
 from workers.settings import Settings
 from workers.supervisor import run_worker
 
@@ -110,19 +108,10 @@ async def main(url: str) -> None:
             model.turn = turn
             await agent.ainvoke({"messages": [HumanMessage(f"user message {turn}")]},
                                 {"configurable": {"thread_id": "chat-1"}})
-        calls = len(model.calls)
-        view = await wm.memory.log.view_at("chat-1", calls) if wm.memory.log else None
-        if view is not None:
-            print(f"delivery log: at call {calls} the model could rebuild version {view.version}:")
-            print(view.text)
+        await print_rebuilt(wm.memory.log, "chat-1", len(model.calls))
         stop.set()
     await redis.aclose()
 
 
 if __name__ == "__main__":
-    configure_logging("console", "warning")
-    if len(sys.argv) > 1:
-        anyio.run(main, sys.argv[1])
-    else:
-        with RedisServer() as server:
-            anyio.run(main, server.url)
+    run_example(main)

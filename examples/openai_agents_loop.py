@@ -14,12 +14,12 @@ With a key, drop ``model=`` from the ``Agent`` and the loop is unchanged.
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+from _run import run_example
 from agents import Agent, Model, ModelResponse, Runner, SQLiteSession, Usage
 from agents.memory import SessionSettings
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
@@ -27,8 +27,6 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.openai_agents import OpenAIAgentsWorkingMemory, is_working_memory_message
 from signals.streams.progress import wait_caught_up
-from workers.embedded import RedisServer
-from workers.logging import configure_logging
 from workers.settings import Settings
 from workers.supervisor import run_worker
 
@@ -100,9 +98,4 @@ async def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    configure_logging("console", "warning")
-    if len(sys.argv) > 1:
-        anyio.run(main, sys.argv[1])
-    else:
-        with RedisServer() as server:
-            anyio.run(main, server.url)
+    run_example(main)

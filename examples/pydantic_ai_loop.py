@@ -14,11 +14,11 @@ changes.
 
 from __future__ import annotations
 
-import sys
 import uuid
 
 import _offline  # noqa: F401 - first: no network, no tracing, whatever the environment says
 import anyio
+from _run import print_rebuilt, run_example
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import Hooks, ProcessHistory
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
@@ -27,8 +27,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.pydantic_ai import WorkingMemory, is_working_memory_part
 from signals.streams.progress import wait_caught_up
-from workers.embedded import RedisServer
-from workers.logging import configure_logging
 from workers.settings import Settings
 from workers.supervisor import run_worker
 
@@ -78,18 +76,10 @@ async def main(url: str) -> None:
             result = await agent.run(f"user message {turn}", message_history=history,
                                      capabilities=[caught_up, keep_last_six, wm])  # wm last: sees the trimming
             history = result.all_messages()
-        view = await wm.memory.log.view_at("chat-1", len(calls)) if wm.memory.log else None
-        if view is not None:
-            print(f"delivery log: at call {len(calls)} the model could rebuild version {view.version}:")
-            print(view.text)
+        await print_rebuilt(wm.memory.log, "chat-1", len(calls))
         stop.set()
     await redis.aclose()
 
 
 if __name__ == "__main__":
-    configure_logging("console", "warning")
-    if len(sys.argv) > 1:
-        anyio.run(main, sys.argv[1])
-    else:
-        with RedisServer() as server:
-            anyio.run(main, server.url)
+    run_example(main)
