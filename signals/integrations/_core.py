@@ -325,17 +325,12 @@ class Prepared(Generic[M]):
         return self.result.system["content"] if self.result.system else None
 
 
-class PersistentWindow(Generic[M]):
-    """Working memory in a message list the caller keeps (the inserted messages persist).
-
-    Call :meth:`prepare` before every model call with the list as the framework (or the
-    loop) holds it, trimmed however it likes, and keep the list it returns as the history.
-    """
+class _Window(Generic[M]):
+    """What both windows share: the agent, the codec, the memoised split, a lazy start."""
 
     def __init__(self, agent: AgentWorkingMemory, codec: MessageCodec[M]) -> None:
         self.agent = agent
         self.codec = codec
-        self._held: dict[str, str] = {}  # injection id -> markup, in insertion order
         self._split: _Memo[M, tuple[M | None, list[str]]] = _Memo(codec.split, _plain)
         self._started = False
 
@@ -343,6 +338,18 @@ class PersistentWindow(Generic[M]):
         if not self._started:
             await self.agent.start()
             self._started = True
+
+
+class PersistentWindow(_Window[M]):
+    """Working memory in a message list the caller keeps (the inserted messages persist).
+
+    Call :meth:`prepare` before every model call with the list as the framework (or the
+    loop) holds it, trimmed however it likes, and keep the list it returns as the history.
+    """
+
+    def __init__(self, agent: AgentWorkingMemory, codec: MessageCodec[M]) -> None:
+        super().__init__(agent, codec)
+        self._held: dict[str, str] = {}  # injection id -> markup, in insertion order
 
     async def prepare(self, messages: Sequence[M]) -> Prepared[M]:
         """The list to send (and keep): held blocks kept, dropped and foreign ones removed, new ones appended.
@@ -412,7 +419,7 @@ class _Placed:
     anchor: int  # index of the conversation message it follows in the last call's list; -1: the start
 
 
-class EphemeralWindow(Generic[M]):
+class EphemeralWindow(_Window[M]):
     """Working memory re-inserted into every call's input (nothing inserted persists).
 
     Call :meth:`prepare` in the framework's per-call hook with the conversation as the
@@ -420,18 +427,10 @@ class EphemeralWindow(Generic[M]):
     """
 
     def __init__(self, agent: AgentWorkingMemory, codec: MessageCodec[M]) -> None:
-        self.agent = agent
-        self.codec = codec
+        super().__init__(agent, codec)
         self._prev: list[Hashable] = []  # identities of the last call's conversation messages
         self._placed: list[_Placed] = []  # in insertion order
-        self._split: _Memo[M, tuple[M | None, list[str]]] = _Memo(codec.split, _plain)
         self._identity: _Memo[M, Hashable] = _Memo(codec.identity)
-        self._started = False
-
-    async def _start(self) -> None:
-        if not self._started:
-            await self.agent.start()
-            self._started = True
 
     async def prepare(self, messages: Sequence[M]) -> Prepared[M]:
         """The input for this call: the conversation with the window's messages at their anchors.
