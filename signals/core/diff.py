@@ -272,7 +272,8 @@ def compact_patch(
     correct. Lines are the ``\n``-separated pieces (what :func:`apply_patch` splits on).
     When both texts have as many lines (lines edited in place, the usual working-memory
     update) each run of differing lines becomes one hunk in linear time; unless a single
-    line differs, the common prefix and suffix are then skipped with C-level comparisons
+    line differs or no removed line occurs in the new text (then no patch has fewer
+    edits: see :func:`_moved`), the common prefix and suffix are then skipped with C-level comparisons
     and the Myers search runs on the middle only (bounded by the in-place patch's edit
     count when at most a few lines differ: it can only win with fewer edits, as when one
     line was removed and another added further down, shifting those between), and the
@@ -293,8 +294,8 @@ def compact_patch(
     if len(old) == len(new):
         in_place = _in_place(old, new, 0)
         changed = sum(h.old_lines for h in in_place)
-        if changed <= 1:
-            return _within(in_place, max_edits)  # one line replaced: no patch is smaller
+        if changed <= 1 or not _moved(in_place, old, new):
+            return _within(in_place, max_edits)  # no alignment has fewer edits (see _moved)
         candidates.append(in_place)  # maybe the lines shifted (one removed, one added): compare with Myers
         if changed <= _FEW_LINES:
             limits.append(2 * changed - 1)  # Myers only wins with fewer edits: a search of a few steps
@@ -307,6 +308,18 @@ def compact_patch(
         candidates.append(_hunks(script, mid_old, mid_new, head))
     patches = [p for p in (_within(c, max_edits) for c in candidates) if p is not None]
     return min(patches, key=len) if patches else None
+
+
+def _moved(in_place: list[Hunk], old: list[Token], new: list[Token]) -> bool:
+    """Whether a line the in-place hunks remove occurs anywhere in ``new``.
+
+    Otherwise no alignment beats the in-place one: it matches every line that stayed in
+    place, and any alignment matching more lines would match some removed line with an
+    equal line of ``new``. The Myers search is then skipped (the usual update: lines
+    rewritten in place, none of them moved).
+    """
+    present = set(new)
+    return any(t in present for h in in_place for t in old[h.old_start - 1 : h.old_start - 1 + h.old_lines])
 
 
 def _within(hunks: list[Hunk], max_edits: int | None) -> str | None:

@@ -55,6 +55,29 @@ def test_compact_patch_sees_a_shift_through_a_few_changed_lines() -> None:
     assert apply_patch(old, patch) == new
 
 
+def _edits(patch: str | None) -> int:
+    return sum(1 for line in (patch or "").split("\n") if line[:1] in {"-", "+"})
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c", "- x"]), min_size=1, max_size=12), st.data())
+@settings(max_examples=500, deadline=None)
+def test_no_alignment_beats_in_place_when_no_removed_line_recurs(old: list[str], data: st.DataObject) -> None:
+    """Lines rewritten in place (as many lines before and after, some repeated): where no
+    line the in-place patch removes occurs in the new text, the minimal (Myers) patch has
+    as many edits as the in-place one, so compact_patch skips the search there."""
+    new = list(old)
+    for _ in range(data.draw(st.integers(1, 5))):
+        new[data.draw(st.integers(0, len(new) - 1))] = data.draw(st.sampled_from(["a", "b", "new", "- y"]))
+    removed = [o for o, n in zip(old, new, strict=True) if o != n]
+    prior, nxt = "\n".join(old), "\n".join(new)
+    in_place = 2 * len(removed)
+    minimal = _edits(unified_patch(prior, nxt))
+    assert minimal <= in_place
+    if not set(removed) & set(new):
+        assert minimal == in_place
+        assert _edits(compact_patch(prior, nxt)) == in_place
+
+
 @given(DOC)
 def test_identical_texts_have_no_hunks(doc: list[str]) -> None:
     """Equal texts diff to nothing."""
