@@ -28,15 +28,18 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal, TypeVar, cast
 
+import anyio
+import anyio.abc
+import anyio.lowlevel
 import msgspec
 import structlog
 from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
 from signals.core.codec import FIELD, decode_write, encode_json
-from signals.core.lane import MAX_VERSION, LaneOptions, is_stream_id
+from signals.core.lane import MAX_VERSION, LaneDocument, LaneOptions, LaneTracking, is_stream_id
 from signals.core.models import DeadLetter, WriteEvent
 from signals.core.retention import Retention
 from signals.core.signing import Signer
@@ -281,36 +284,84 @@ class Consumer:
     ) -> list[Pending]:
         """One pass: plan the lanes in the steady state as they are, read the others and
         plan them, commit; returns the entries of lanes to recompute (another worker
-        advanced them, a steady-state check failed, or the commit asked for a repair)."""
+        advanced them, a steady-state check failed, or the commit asked for a repair).
+
+        Planning is the worker's CPU and committing is Redis's: a large batch's steady
+        lanes are planned in chunks of partitions (see :func:`_chunks`), each chunk's
+        commit sent as soon as it is planned, so that Redis commits one chunk while the
+        next is planned. Chunks hold disjoint lanes: no plan depends on another chunk's
+        commit.
+        """
         by_lane: dict[str, list[Pending]] = defaultdict(list)
         for entry in entries:
             by_lane[entry.event.lane].append(entry)
         now = now_iso()
-        per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
-        careful: dict[str, list[Pending]] = {}
+        careful: list[_Careful] = []
+        steady: list[_Steady] = []
         for lane, lane_entries in by_lane.items():
             lane_entries.sort(key=lambda e: e.event.version)
-            commit = None if lane in force else self._plan_steady(lane, lane_entries, now)
-            if commit is None:
-                careful[lane] = lane_entries
+            found = None if lane in force else self._steady_state(lane, lane_entries)
+            if found is None:
+                careful.append((lane, lane_entries))
             else:
-                per_partition[lane_entries[0].partition].append(commit)
-        if careful:
-            await self._plan_careful(careful, stats, force, now, per_partition)
+                steady.append((lane, lane_entries, *found))
+        sent_back = dict(force)  # the previous pass's statuses; this pass's commits fill force anew
         force.clear()
-        return await self._commit_all(per_partition, stats, force, prefetch)
+        commits = _Commits(self, stats, force)
+        async with anyio.create_task_group() as tg:
+            try:
+                careful_chunks = _chunks(careful)
+                for n, chunk in enumerate(careful_chunks if careful else []):
+                    last = n == len(careful_chunks) - 1 and not steady
+                    tg.start_soon(commits.careful, dict(chunk), sent_back, now, prefetch if last else None)
+                if careful:
+                    await _let_send()
+                if steady:
+                    await self._plan_steady_chunks(steady, commits, tg, now, prefetch)
+            except Exception as e:  # noqa: BLE001 - raised as it is once the chunks sent are done
+                commits.failed(e)
+        return commits.result()
 
-    def _plan_steady(self, lane: str, entries: list[Pending], now: str) -> LaneCommit | None:
-        """Plan a lane in the steady state without reading Redis (its commit carries the
-        check of its document); ``None``: the lane is not in the steady state, or its plan
-        raised (the careful path then decides, and counts the failure: a forged event
-        that makes the compute raise must not count against the lane's genuine ones)."""
+    async def _plan_steady_chunks(
+        self, steady: list[_Steady], commits: _Commits, tg: anyio.abc.TaskGroup, now: str, prefetch: _Prefetch | None
+    ) -> None:
+        """Plan the steady lanes chunk by chunk, starting each chunk's commit as soon as it
+        is planned; the last chunk also carries the lanes whose plan raised (planned on the
+        careful path) and the read-ahead."""
+        per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
+        failed: dict[str, list[Pending]] = {}
+        chunks = _chunks(steady)
+        for n, chunk in enumerate(chunks):
+            for lane, lane_entries, tracking, doc in chunk:
+                commit = self._plan_steady(lane, lane_entries, tracking, doc, now)
+                if commit is None:
+                    failed[lane] = lane_entries
+                else:
+                    per_partition[lane_entries[0].partition].append(commit)
+            if n < len(chunks) - 1:
+                tg.start_soon(commits.run, per_partition, None)
+                per_partition = defaultdict(list)
+                await _let_send()
+        if failed:  # the careful path decides, and counts the failure
+            await self._plan_careful(failed, commits.stats, {}, now, per_partition)
+        tg.start_soon(commits.run, per_partition, prefetch)
+
+    def _steady_state(self, lane: str, entries: list[Pending]) -> tuple[LaneTracking, LaneDocument] | None:
+        """The lane's cached tracking and the document its batch implies, when the lane is
+        in the steady state (see :func:`workers.commit.steady_document`); else ``None``."""
         tracking = self._cache.get(lane)
         if tracking is None or (tracking.version and tracking.value is None):
             return None
         doc = steady_document(lane, entries, tracking)
-        if doc is None:
-            return None
+        return None if doc is None else (tracking, doc)
+
+    def _plan_steady(
+        self, lane: str, entries: list[Pending], tracking: LaneTracking, doc: LaneDocument, now: str
+    ) -> LaneCommit | None:
+        """Plan a lane in the steady state without reading Redis (its commit carries the
+        check of its document); ``None``: its plan raised (the careful path then decides,
+        and counts the failure: a forged event that makes the compute raise must not count
+        against the lane's genuine ones)."""
         try:
             commit = plan_steady(lane, doc, tracking, entries, options=self.options.lane, now=now, signer=self.signer)
         except Exception:  # noqa: BLE001 - not counted here: the careful path plans it again, and counts
@@ -325,6 +376,7 @@ class Consumer:
     ) -> None:
         """Read the lanes' documents and trackings, walk their chains where the documents
         are past the batch, plan them (dead letters go out here) into ``per_partition``."""
+        force = {lane: status for lane, status in force.items() if lane in by_lane}
         states = await read_lanes(self.redis, self.keys, self._cache,
                                   {lane: e[0].partition for lane, e in by_lane.items()}, force)
         await walk_chains(self.redis, self.keys, self._chain, states, by_lane=by_lane, known=self._known,
@@ -499,3 +551,81 @@ def _printable(fields: dict[str, str]) -> dict[str, str]:
 
 def _text(value: object) -> str:
     return str(value).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+_Careful = tuple[str, list[Pending]]
+_Steady = tuple[str, list[Pending], LaneTracking, LaneDocument]
+_T = TypeVar("_T", _Careful, _Steady)
+#: Events per chunk (see :func:`_chunks`): below twice this, a batch's lanes are one chunk.
+_CHUNK_EVENTS = 1_000
+_MAX_CHUNKS = 4
+#: Scheduler passes granted to a chunk's commit task before planning goes on: enough for
+#: redis-py to send the pipeline on a pooled connection (it then awaits the reply). Too
+#: few only costs the overlap, never correctness.
+_SEND_PASSES = 4
+
+
+def _chunks(lanes: list[_T]) -> list[list[_T]]:
+    """Split lanes (items whose second element is the lane's events) into at most
+    :data:`_MAX_CHUNKS` chunks of whole partitions (in partition order), of about equal
+    events, each at least :data:`_CHUNK_EVENTS`: chunks never share a partition, so no
+    two commit or walk the same stream."""
+    total = sum(len(item[1]) for item in lanes)
+    count = min(_MAX_CHUNKS, total // _CHUNK_EVENTS)
+    if count <= 1:
+        return [lanes]
+    lanes = sorted(lanes, key=lambda item: item[1][0].partition)
+    chunks: list[list[_T]] = [[]]
+    size, share = 0, total / count
+    for n, item in enumerate(lanes):
+        chunks[-1].append(item)
+        size += len(item[1])
+        last_of_partition = n + 1 == len(lanes) or lanes[n + 1][1][0].partition != item[1][0].partition
+        if last_of_partition and size >= share * len(chunks) and len(chunks) < count and n + 1 < len(lanes):
+            chunks.append([])
+    return chunks
+
+
+async def _let_send() -> None:
+    for _ in range(_SEND_PASSES):
+        await anyio.lowlevel.checkpoint()
+
+
+class _Commits:
+    """A pass's chunk commits, run as tasks: the entries to recompute, and the first error
+    (raised as it is once every chunk is done, not wrapped in an exception group, so that
+    the read loop classifies it as it would a single commit's)."""
+
+    def __init__(self, consumer: Consumer, stats: BatchStats, force: dict[str, str]) -> None:
+        self._consumer, self.stats, self._force = consumer, stats, force
+        self._retry: list[Pending] = []
+        self._errors: list[Exception] = []
+
+    async def run(self, per_partition: dict[int, list[LaneCommit]], prefetch: _Prefetch | None) -> None:
+        """Commit planned lanes."""
+        try:
+            self._retry += await self._consumer._commit_all(per_partition, self.stats, self._force, prefetch)
+        except Exception as e:  # noqa: BLE001 - kept, and raised after the other chunks: see result()
+            self._errors.append(e)
+
+    async def careful(
+        self, by_lane: dict[str, list[Pending]], sent_back: dict[str, str], now: str, prefetch: _Prefetch | None
+    ) -> None:
+        """Read, plan and commit lanes on the careful path (``sent_back``: the statuses
+        that returned lanes from the previous pass)."""
+        per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
+        try:
+            await self._consumer._plan_careful(by_lane, self.stats, sent_back, now, per_partition)
+        except Exception as e:  # noqa: BLE001 - kept, and raised after the other chunks: see result()
+            self._errors.append(e)
+            return
+        await self.run(per_partition, prefetch)
+
+    def failed(self, error: Exception) -> None:
+        """Keep an error of the pass itself (planning), raised by :meth:`result`."""
+        self._errors.append(error)
+
+    def result(self) -> list[Pending]:
+        if self._errors:
+            raise self._errors[0]
+        return self._retry
