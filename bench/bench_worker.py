@@ -43,6 +43,7 @@ from signals.streams.client import connect
 from signals.streams.keys import Keys
 from workers import runtime
 from workers.embedded import RedisServer
+from workers.lane_state import CHAIN_IDS
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The last commit before the worker validated what it reads (``git log``: the parent of
@@ -103,6 +104,7 @@ async def _load(url: str, keys: Keys, writes: int, lanes: int) -> None:
     docs = _documents(lanes, rng)
     versions = [0] * lanes
     last_event = [""] * lanes  # the chain the write script keeps: each event names the lane's previous one
+    chains: list[list[str]] = [[] for _ in range(lanes)]  # and the document its last CHAIN_IDS ids
     sequence = [0] * keys.partitions
     async with redis.pipeline(transaction=False) as pipe:
         for n in range(writes):
@@ -120,8 +122,9 @@ async def _load(url: str, keys: Keys, writes: int, lanes: int) -> None:
             entry_id = f"1-{sequence[partition]}"
             pipe.xadd(keys.writes(partition), {FIELD: encode_json(event), "p": last_event[i]}, id=entry_id)
             last_event[i] = entry_id
+            chains[i] = [*chains[i][1 - CHAIN_IDS:], entry_id]
             pipe.hset(keys.doc(lane), mapping={"data": text, "version": versions[i], "format": "markdown",
-                                               "eid": entry_id})
+                                               "eid": entry_id, "chain": " ".join(chains[i])})
             pipe.hset(keys.documents(partition), lane, f"{versions[i]} {entry_id} markdown")
             if n % 2000 == 1999:
                 await pipe.execute()

@@ -17,6 +17,7 @@ continues after the last version its stream shows; a corrupt document is the lan
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import msgspec
 import structlog
 
 from signals.core.codec import encode_json
-from signals.core.lane import DOCUMENT_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking
+from signals.core.lane import DOCUMENT_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking, is_stream_id
 from signals.core.models import WriteEvent
 from signals.errors import CorruptDataError
 from signals.streams.client import Client, queue_script
@@ -34,10 +35,13 @@ from signals.streams.keys import Keys
 from workers.cache import TrackingCache
 from workers.faults import raise_whole_server
 
-__all__ = ("LaneState", "Pending", "chain_frontier", "load_documents", "read_lanes", "walk_chains")
+__all__ = ("CHAIN_IDS", "LaneState", "Pending", "chain_frontier", "chain_path", "load_documents", "read_lanes",
+           "walk_chains")
 
 log = structlog.get_logger(__name__)
 
+#: The event ids a document's ``chain`` field holds (``CHAIN_IDS`` in write.lua).
+CHAIN_IDS = 128
 #: How far past its own tracking a re-snapshot numbers to clear a tail it did not write.
 _MAX_JUMP = 1_000
 #: Chain walks of a partition reading the stream in bulk first: from this many steps
@@ -271,9 +275,7 @@ async def walk_chains(
     stream downward from the newest start in chunks, up to twice that many entries, and
     steps through what it read without one XRANGE per step.
     """
-    todo: dict[int, list[tuple[str, str, list[str]]]] = defaultdict(list)
-    ahead: dict[int, int] = defaultdict(int)
-    top: dict[int, tuple[int, int]] = {}
+    todo: dict[int, list[_Walk]] = defaultdict(list)
     for lane, entries in by_lane.items():
         state, ids, links = states[lane], {e.entry_id for e in entries}, known.get(lane, {})
         doc, tracking = state.doc, state.tracking or LaneTracking()
@@ -284,26 +286,87 @@ async def walk_chains(
         if start is None:
             continue
         stops = [*ids, *links, *([tracking.write_event] if tracking.write_event else [])]
-        partition = entries[0].partition
-        todo[partition].append((lane, start, stops))
-        ahead[partition] += max(doc.version - newest, 1)
-        ms, _, seq = start.partition("-")
-        top[partition] = max(top.get(partition, (0, 0)), (int(ms), int(seq)))
+        todo[entries[0].partition].append(_Walk(lane, start, stops, max(doc.version - newest, 1)))
+    if not todo:
+        return
+    await _from_documents(redis, keys, states, todo, known=known, heads=heads)
+    todo = {partition: lanes for partition, lanes in todo.items() if lanes}
     if not todo:
         return
     async with redis.pipeline(transaction=False) as pipe:
         for partition, lanes in todo.items():
-            items = [{"start": start, "stops": stops} for _, start, stops in lanes]
+            items = [{"start": walk.start, "stops": walk.stops} for walk in lanes]
             args: list[str | int] = [limit, encode_json(items)]
-            if ahead[partition] >= _BULK_MIN_STEPS:
-                top_id = "-".join(map(str, top[partition]))
-                args += [top_id, min(2 * ahead[partition], _BULK_MAX_ENTRIES)]
+            ahead = sum(walk.steps for walk in lanes)
+            if ahead >= _BULK_MIN_STEPS:
+                top = max((int(ms), int(seq)) for ms, _, seq in (walk.start.partition("-") for walk in lanes))
+                args += ["-".join(map(str, top)), min(2 * ahead, _BULK_MAX_ENTRIES)]
             await queue_script(pipe, script, [keys.writes(partition)], args)
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
     for (_, lanes), reply in zip(todo.items(), replies, strict=True):
         if isinstance(reply, list):
-            _record_paths(states, [lane for lane, _, _ in lanes], reply, known, heads)
+            _record_paths(states, [walk.lane for walk in lanes], reply, known, heads)
+
+
+@dataclass(slots=True)
+class _Walk:
+    """One lane's walk: from ``start`` down to one of ``stops``, about ``steps`` long."""
+
+    lane: str
+    start: str
+    stops: list[str]
+    steps: int
+
+
+async def _from_documents(
+    redis: Client, keys: Keys, states: dict[str, LaneState], todo: dict[int, list[_Walk]], *,
+    known: dict[str, dict[str, str]], heads: dict[str, str] | None,
+) -> None:
+    """Place lanes from their documents' ``chain`` fields (one ``HMGET`` each, in one
+    pipeline): the lane's last :data:`CHAIN_IDS` event ids as the write script keeps them,
+    the same links as the events' ``p`` (see write.lua), read without reading the events.
+    A lane whose field is absent, malformed, does not end at the document's event or does
+    not reach a stop stays in ``todo`` for the walk on the stream; the others leave it."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for lanes in todo.values():
+            for walk in lanes:
+                pipe.hmget(keys.doc(walk.lane), ["chain"])
+        replies = list(await pipe.execute(raise_on_error=False))
+    raise_whole_server(replies)
+    fields = iter(replies)
+    for lanes in todo.values():
+        left = []
+        for walk in lanes:
+            reply = next(fields)
+            doc = cast(LaneDocument, states[walk.lane].doc)
+            path = chain_path(reply[0] if isinstance(reply, list) else None, doc.eid, walk.start, set(walk.stops))
+            if path is None:
+                left.append(walk)
+            else:
+                _record_paths(states, [walk.lane], [path], known, heads)
+        lanes[:] = left
+
+
+def chain_path(field: object, eid: str, start: str, stops: Set[str]) -> list[str] | None:
+    """The walk from ``start`` down to a stop along a document's ``chain`` field, in the
+    chain walk's form (the stop reached, then the ids walked, newest first), or ``None``
+    when the field cannot tell: absent, too long, not increasing stream ids ending at the
+    document's event ``eid``, ``start`` not on it, or no stop on it below ``start``."""
+    if not isinstance(field, str) or not field or len(field) > CHAIN_IDS * 42:
+        return None
+    ids = field.split(" ")
+    if ids[-1] != eid or start not in ids or not all(is_stream_id(i) for i in ids):
+        return None
+    order = [tuple(map(int, i.split("-"))) for i in ids]
+    if any(a >= b for a, b in itertools.pairwise(order)):
+        return None
+    walked: list[str] = []
+    for n in range(ids.index(start), -1, -1):
+        if ids[n] in stops:
+            return [ids[n], *walked]
+        walked.append(ids[n])
+    return None
 
 
 def _record_paths(

@@ -3,7 +3,10 @@
 -- The event's field p is the id of the lane's previous write event (the document's eid,
 -- '' for the first), and the document records its own event's id as eid: the genuine
 -- events of a lane form a chain a worker can check, anchored in the document and in its
--- own tracking, so an event appended to the stream by anyone else is recognised.
+-- own tracking, so an event appended to the stream by anyone else is recognised. The
+-- document also keeps the lane's last CHAIN_IDS event ids, oldest first, in 'chain' (the
+-- same links as p): a worker behind by a backlog places events on it without walking the
+-- stream (a chain that does not end at eid is started again from eid).
 -- KEYS: 1 doc, 2 writes stream, 3 idempotency key (or doc when none), 4 thread key
 --       (or doc when no owner check here), 5 lanes set, 6 the partition's document index
 -- ARGV: 1 expected version, 2 new version, 3 data, 4 format, 5 event json,
@@ -17,14 +20,25 @@ if ARGV[6] ~= '' then
   if owner and owner ~= ARGV[6] then return {'owner', owner} end
   if not owner then redis.call('HSET', KEYS[4], 'resource', ARGV[6], 'createdAt', ARGV[9]) end
 end
-local cur = redis.call('HMGET', KEYS[1], 'version', 'format', 'eid')
+local CHAIN_IDS = 128
+local cur = redis.call('HMGET', KEYS[1], 'version', 'format', 'eid', 'chain')
 local version = tonumber(cur[1] or '0')
 if version == nil then return {'corrupt', cur[1]} end
 if version ~= tonumber(ARGV[1]) then return {'conflict', tostring(version)} end
 if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
 local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[5], 'p', cur[3] or '')
+local last, chain = cur[3] or '', cur[4] or ''
+if last == '' then
+  chain = id
+elseif chain == last or string.sub(chain, -#last - 1) == ' ' .. last then
+  chain = chain .. ' ' .. id
+  local _, links = string.gsub(chain, ' ', ' ')
+  if links >= CHAIN_IDS then chain = string.sub(chain, string.find(chain, ' ', 1, true) + 1) end
+else
+  chain = last .. ' ' .. id
+end
 redis.call('HSET', KEYS[1], 'data', ARGV[3], 'version', ARGV[2], 'format', ARGV[4],
-  'scope', ARGV[10], 'updatedAt', ARGV[9], 'eid', id)
+  'scope', ARGV[10], 'updatedAt', ARGV[9], 'eid', id, 'chain', chain)
 redis.call('HSET', KEYS[6], ARGV[8], ARGV[2] .. ' ' .. id .. ' ' .. ARGV[4])
 redis.call('SADD', KEYS[5], ARGV[8])
 if KEYS[3] ~= KEYS[1] then

@@ -1,0 +1,146 @@
+"""The document's ``chain`` field: the write script keeps the lane's last event ids in it,
+and a worker behind by a backlog places the batch's events from it instead of walking
+the stream. Nothing in it is trusted beyond what the document itself is: a field that is
+junk, stale or does not reach the batch leaves the lane to the walk on the stream.
+"""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from signals.core.codec import FIELD, decode_signal
+from signals.core.retention import Retention
+from signals.streams.keys import GROUP, Keys
+from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import check_lane
+from workers import lane_state
+from workers.consumer import Consumer, ConsumerOptions, RawEntry
+from workers.embedded import RedisServer
+from workers.lane_state import CHAIN_IDS, chain_path
+
+LANE = "r:chained"
+_OPTIONS = ConsumerOptions(retention=Retention(signals=1_000))  # every signal kept: the tests count them
+
+
+def test_chain_path_walks_from_start_to_a_stop() -> None:
+    """Down the field from the start to the first stop: the stop, then the ids walked."""
+    field = "1-1 1-2 1-3 1-4"
+    assert chain_path(field, "1-4", "1-4", {"1-2"}) == ["1-2", "1-4", "1-3"]
+    assert chain_path(field, "1-4", "1-3", {"1-1"}) == ["1-1", "1-3", "1-2"]
+
+
+@pytest.mark.parametrize(("field", "why"), [
+    (None, "absent"),
+    ("", "empty"),
+    ("1-1 1-2 1-3", "does not end at the document's event"),
+    ("1-1 1-3 1-2 1-4", "not increasing"),
+    ("1-1 1-1 1-4", "repeats an id"),
+    ("1-1 x 1-4", "not a stream id"),
+    ("1-1 1-2 1-4", "no stop below the start"),
+    (" ".join(f"1-{n}" for n in range(1, 2 * CHAIN_IDS)) + " 1-9999", "too long"),
+])
+def test_chain_path_refuses_what_cannot_tell(field: str | None, why: str) -> None:
+    """Anything but a well-formed chain ending at the document's event and reaching a
+    stop gives ``None`` (the worker then walks the stream)."""
+    assert chain_path(field, "1-4", "1-4", {"1-0"}) is None, why
+
+
+
+
+async def _entries(redis: Redis, keys: Keys) -> list[tuple[str, dict[str, str]]]:
+    return list(await redis.xrange(keys.writes(keys.partition(LANE))))
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_write_script_keeps_the_last_ids_in_order(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
+    """After more writes than the field holds: the last CHAIN_IDS event ids, oldest first,
+    each named by the next one's ``p``, the newest the document's ``eid``."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    for n in range(CHAIN_IDS + 5):
+        await store.replace("chained", f"# c\n- write {n}")
+    entries = await _entries(redis, keys)
+    chain = (await redis.hget(keys.doc(LANE), "chain")).split(" ")
+    assert chain == [entry_id for entry_id, _ in entries][-CHAIN_IDS:]
+    assert chain[-1] == await redis.hget(keys.doc(LANE), "eid")
+    prev = {entry_id: fields["p"] for entry_id, fields in entries}
+    assert all(prev[b] == a for a, b in zip(chain, chain[1:], strict=False))
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_write_script_restarts_a_chain_that_is_not_the_documents(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A field someone else wrote (not ending at the document's event) is not extended:
+    the chain starts again from the document's event."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("chained", "# c\n- one")
+    eid = await redis.hget(keys.doc(LANE), "eid")
+    await redis.hset(keys.doc(LANE), "chain", "1-1 1-2 999-9")
+    await store.replace("chained", "# c\n- two")
+    assert await redis.hget(keys.doc(LANE), "chain") == f"{eid} {await redis.hget(keys.doc(LANE), 'eid')}"
+
+
+async def _backlog(redis: Redis, keys: Keys, store: WorkingMemoryStore, worker: Consumer, writes: int) -> None:
+    """Version 1 processed, then ``writes`` more written; the worker reads 2 of them."""
+    await store.replace("chained", "# c\n- write 0")
+    stream = keys.writes(keys.partition(LANE))
+    reply = await redis.xreadgroup(GROUP, worker.name, {stream: ">"}, count=1)
+    await worker.process([(stream, i, f) for _, entries in reply for i, f in entries])
+    for n in range(1, writes + 1):
+        await store.replace("chained", f"# c\n- write {n}")
+
+
+async def _first_of_backlog(redis: Redis, keys: Keys, worker: Consumer) -> list[RawEntry]:
+    stream = keys.writes(keys.partition(LANE))
+    reply = await redis.xreadgroup(GROUP, worker.name, {stream: ">"}, count=2)
+    return [(stream, i, f) for _, entries in reply for i, f in entries]
+
+
+async def _versions(redis: Redis, keys: Keys) -> list[int]:
+    return [decode_signal(f[FIELD]).write_version for _, f in await redis.xrange(keys.signals(LANE))]
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_backlog_is_placed_from_the_document_without_walking_the_stream(
+    redis_server: RedisServer, redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of 2 events while the document is 40 writes ahead: placed from the chain
+    field (the stream walk is not run), each version signalled once."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    worker = Consumer(redis, keys, _OPTIONS, "solo")
+    await worker.ensure_groups()
+    await _backlog(redis, keys, store, worker, 40)
+
+    async def no_walk(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the stream was walked")
+
+    monkeypatch.setattr(lane_state, "queue_script", no_walk)
+    await worker.process(await _first_of_backlog(redis, keys, worker))
+    monkeypatch.undo()
+    await worker.process(await worker.read_batch())
+    assert await _versions(redis, keys) == list(range(1, 42))
+    await check_lane(redis, keys, LANE)
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+@pytest.mark.parametrize("junk", ["1-1 2-2", "not ids", "x" * 10_000])
+async def test_junk_chain_field_falls_back_to_the_stream_walk(
+    redis_server: RedisServer, redis: Redis, keys: Keys, junk: str
+) -> None:
+    """A chain field the worker cannot use (written by someone else): the events are
+    placed by walking the stream, as before the field existed; nothing is dead-lettered."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    worker = Consumer(redis, keys, _OPTIONS, "solo")
+    await worker.ensure_groups()
+    await _backlog(redis, keys, store, worker, 40)
+    await redis.hset(keys.doc(LANE), "chain", junk)
+    await worker.process(await _first_of_backlog(redis, keys, worker))
+    await worker.process(await worker.read_batch())
+    assert await _versions(redis, keys) == list(range(1, 42))
+    assert await redis.xlen(keys.dead_letters(keys.partition(LANE))) == 0
+    await check_lane(redis, keys, LANE)
