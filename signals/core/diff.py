@@ -294,7 +294,7 @@ def compact_patch(
     if len(old) == len(new):
         in_place = _in_place(old, new, 0)
         changed = sum(h.old_lines for h in in_place)
-        if changed <= 1 or not _moved(in_place, old, new):
+        if changed <= 1 or not _moved(in_place, old, new, nxt):
             return _within(in_place, max_edits)  # no alignment has fewer edits (see _moved)
         candidates.append(in_place)  # maybe the lines shifted (one removed, one added): compare with Myers
         if changed <= _FEW_LINES:
@@ -310,16 +310,20 @@ def compact_patch(
     return min(patches, key=len) if patches else None
 
 
-def _moved(in_place: list[Hunk], old: list[Token], new: list[Token]) -> bool:
-    """Whether a line the in-place hunks remove occurs anywhere in ``new``.
+def _moved(in_place: list[Hunk], old: list[Token], new: list[Token], nxt: str) -> bool:
+    """Whether a line the in-place hunks remove occurs anywhere in ``new`` (the lines of
+    ``nxt``; a line that is not even a substring of ``nxt`` is not one of them).
 
     Otherwise no alignment beats the in-place one: it matches every line that stayed in
     place, and any alignment matching more lines would match some removed line with an
     equal line of ``new``. The Myers search is then skipped (the usual update: lines
     rewritten in place, none of them moved).
     """
+    removed = [t for h in in_place for t in old[h.old_start - 1 : h.old_start - 1 + h.old_lines]]
+    if not any(_text(t) in nxt for t in removed):
+        return False
     present = set(new)
-    return any(t in present for h in in_place for t in old[h.old_start - 1 : h.old_start - 1 + h.old_lines])
+    return any(t in present for t in removed)
 
 
 def _within(hunks: list[Hunk], max_edits: int | None) -> str | None:
