@@ -119,14 +119,17 @@ def main() -> None:
     out()
     out("## Write -> subscriber latency (one worker, one Redis), beside the minimal loop's")
     out()
-    for line in bench_latency.table(bench_latency.run((200, 500) if q else (2_000, 10_000), 1.0 if q else 5.0)):
+    for line in bench_latency.table(bench_latency.run((200, 500) if q else (2_000, 10_000), 1.0 if q else 5.0,
+                                                      1 if q else bench_latency.ROUNDS)):
         out(line)
     out()
     out("Target: wm-signals p99 <= 1.5x the p99 of the minimal XREADGROUP -> XADD -> XACK loop under the same "
         "load in the same run (the practical floor on this host), at 2,000/s and 10,000/s. Latency runs from "
         "the write call to the subscriber's receipt; the generator is pipelined (one process per 4,000/s), and "
         "a run whose generator sent under 97% of its rate reads \"not reached\". The last column is how late "
-        "the (open-loop) generator started its writes, shown rather than folded in.")
+        "the (open-loop) generator started its writes, shown rather than folded in. Each rate runs through both "
+        "consumers three times, back to back on fresh servers: the figures are medians over the rounds, and the "
+        "ratio is the median of the rounds' ratios (listed beside it).")
     out()
     v = bench_verify.run(2_000 if q else 100_000)
     out(f"## replay --verify on a lane with {v['signals']:,} signals")
