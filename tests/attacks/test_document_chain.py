@@ -6,6 +6,8 @@ junk, stale or does not reach the batch leaves the lane to the walk on the strea
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from redis.asyncio import Redis
 
@@ -65,7 +67,7 @@ async def test_write_script_keeps_the_last_ids_in_order(redis_server: RedisServe
     assert chain == [entry_id for entry_id, _ in entries][-CHAIN_IDS:]
     assert chain[-1] == await redis.hget(keys.doc(LANE), "eid")
     prev = {entry_id: fields["p"] for entry_id, fields in entries}
-    assert all(prev[b] == a for a, b in zip(chain, chain[1:], strict=False))
+    assert all(prev[b] == a for a, b in itertools.pairwise(chain))
 
 
 @pytest.mark.anyio

@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import anyio
 import pytest
@@ -21,9 +22,11 @@ from signals.errors import (
     SchemaValidationError,
     ThreadOwnerError,
 )
+from signals.streams.client import queue_script
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, lanes_of, running_workers, wait_caught_up
+from workers import consumer as consumer_module
 from workers.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -249,3 +252,38 @@ async def test_one_lane_with_more_events_than_lua_can_unpack_in_one_batch(
     assert signals[-1].write_version == 9_000
     assert sum([await redis.xlen(keys.dead_letters(p)) for p in range(keys.partitions)]) == 0
     assert sum([await redis.hlen(keys.failures(p)) for p in range(keys.partitions)]) == 0, "commits failed"
+
+
+async def test_a_batch_committed_in_chunks_signals_every_version_once(
+    redis_server: RedisServer, redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """3,000 writes on 200 lanes read in one batch: planned and committed in chunks of
+    partitions (overlapping), every lane ends with one signal per version, nothing
+    dead-lettered; a second round on the same lanes goes the steady path, chunked too."""
+    chunked: list[int] = []
+    real = consumer_module._chunks
+
+    def spy(lanes: list[Any]) -> list[list[Any]]:
+        chunks = real(lanes)
+        chunked.append(len(chunks))
+        return chunks
+
+    monkeypatch.setattr(consumer_module, "_chunks", spy)
+    store = WorkingMemoryStore(redis, keys=keys)
+    for turn in range(2):
+        async with redis.pipeline(transaction=False) as pipe:  # the store's own script, many writes at once
+            for n in range(3_000):
+                lane = f"u{n % 200}"
+                ref = store.ref(lane)
+                version = turn * 15 + n // 200
+                args = store._script_args(ref, version, f"# U\n- fact {version}", op="replace", owner="",
+                                          idempotency_key=None)
+                await queue_script(pipe, store._write, store._script_keys(ref, "", None), args)
+            assert all(r[0] == "ok" for r in await pipe.execute())
+        async with running_workers(redis_server.url, keys, 1, batch=10_000, retain_signals=100):
+            await wait_caught_up(redis, keys)
+    for n in range(200):
+        signals = await check_lane(redis, keys, f"r:u{n}")
+        assert [s.write_version for s in signals] == list(range(1, 31)), f"r:u{n}"
+    assert sum([await redis.xlen(keys.dead_letters(p)) for p in range(keys.partitions)]) == 0
+    assert max(chunked) > 1, "no batch was chunked"
