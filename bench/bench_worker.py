@@ -122,7 +122,7 @@ async def _load(url: str, keys: Keys, writes: int, lanes: int) -> None:
             entry_id = f"1-{sequence[partition]}"
             pipe.xadd(keys.writes(partition), {FIELD: encode_json(event), "p": last_event[i]}, id=entry_id)
             last_event[i] = entry_id
-            chains[i] = [*chains[i][1 - CHAIN_IDS:], entry_id]
+            chains[i] = [*chains[i][1 - CHAIN_IDS:], entry_id]  # as many as the script keeps of real ids
             pipe.hset(keys.doc(lane), mapping={"data": text, "version": versions[i], "format": "markdown",
                                                "eid": entry_id, "chain": " ".join(chains[i])})
             pipe.hset(keys.documents(partition), lane, f"{versions[i]} {entry_id} markdown")

@@ -40,7 +40,8 @@ __all__ = ("CHAIN_IDS", "LaneState", "Pending", "chain_frontier", "chain_path", 
 
 log = structlog.get_logger(__name__)
 
-#: The event ids a document's ``chain`` field holds (``CHAIN_IDS`` in write.lua).
+#: About how many event ids a document's ``chain`` field holds (``CHAIN_IDS`` in write.lua,
+#: which bounds the field at 16 bytes per id: 128 ids of today's 15-character stream ids).
 CHAIN_IDS = 128
 #: How far past its own tracking a re-snapshot numbers to clear a tail it did not write.
 _MAX_JUMP = 1_000

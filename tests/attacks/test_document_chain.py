@@ -57,14 +57,17 @@ async def _entries(redis: Redis, keys: Keys) -> list[tuple[str, dict[str, str]]]
 @pytest.mark.anyio
 @pytest.mark.redis
 async def test_write_script_keeps_the_last_ids_in_order(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
-    """After more writes than the field holds: the last CHAIN_IDS event ids, oldest first,
-    each named by the next one's ``p``, the newest the document's ``eid``."""
+    """After more writes than the field holds: the last event ids (about CHAIN_IDS, bounded
+    by length), oldest first, each named by the next one's ``p``, the newest the
+    document's ``eid``."""
     store = WorkingMemoryStore(redis, keys=keys)
-    for n in range(CHAIN_IDS + 5):
+    for n in range(2 * CHAIN_IDS):
         await store.replace("chained", f"# c\n- write {n}")
     entries = await _entries(redis, keys)
-    chain = (await redis.hget(keys.doc(LANE), "chain")).split(" ")
-    assert chain == [entry_id for entry_id, _ in entries][-CHAIN_IDS:]
+    field = await redis.hget(keys.doc(LANE), "chain")
+    chain = field.split(" ")
+    assert chain == [entry_id for entry_id, _ in entries][-len(chain):]
+    assert 100 <= len(chain) <= CHAIN_IDS + 1 and len(field) <= 16 * CHAIN_IDS + 24
     assert chain[-1] == await redis.hget(keys.doc(LANE), "eid")
     prev = {entry_id: fields["p"] for entry_id, fields in entries}
     assert all(prev[b] == a for a, b in itertools.pairwise(chain))

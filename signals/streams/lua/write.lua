@@ -21,6 +21,7 @@ if ARGV[6] ~= '' then
   if not owner then redis.call('HSET', KEYS[4], 'resource', ARGV[6], 'createdAt', ARGV[9]) end
 end
 local CHAIN_IDS = 128
+local CHAIN_BYTES = CHAIN_IDS * 16 -- ids of this time's length (13 digits, '-', a short sequence) and a space
 local cur = redis.call('HMGET', KEYS[1], 'version', 'format', 'eid', 'chain')
 local version = tonumber(cur[1] or '0')
 if version == nil then return {'corrupt', cur[1]} end
@@ -32,8 +33,9 @@ if last == '' then
   chain = id
 elseif chain == last or string.sub(chain, -#last - 1) == ' ' .. last then
   chain = chain .. ' ' .. id
-  local _, links = string.gsub(chain, ' ', ' ')
-  if links >= CHAIN_IDS then chain = string.sub(chain, string.find(chain, ' ', 1, true) + 1) end
+  if #chain > CHAIN_BYTES then -- bounded by length (no count): the oldest ids go, whole
+    chain = string.sub(chain, string.find(chain, ' ', #chain - CHAIN_BYTES, true) + 1)
+  end
 else
   chain = last .. ' ' .. id
 end
