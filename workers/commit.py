@@ -329,25 +329,35 @@ def _event_mismatch(event: WriteEvent, doc: LaneDocument) -> str | None:
     return None
 
 
+#: Partitions share one script call until it holds this many events: a light batch (a few
+#: events over many partitions) pays the script's fixed cost once, and no call of a heavy
+#: batch holds Redis much longer than one partition's did.
+MERGE_EVENTS = 256
+
+
 async def run_commits(
     redis: Client, keys: Keys, script: Any, order: list[tuple[int, list[LaneCommit]]], *,
     retention: Retention, read_ahead: tuple[str, list[str], int] | None = None,
 ) -> tuple[list[list[list[str]] | Exception], object]:
-    """One commit script per partition in one pipeline, plus the read-ahead XREADGROUP
-    (``(consumer, streams, count)``) when given. Returns each script's per-lane statuses
-    (or its error) and the read-ahead reply (or error). Signal streams are trimmed at
-    snapshot boundaries under ``retention`` (:mod:`signals.core.retention`).
+    """The commit script over the partitions of ``order`` in one pipeline, plus the
+    read-ahead XREADGROUP (``(consumer, streams, count)``) when given. Returns each
+    partition's per-lane statuses (or the error of the call that held it) and the
+    read-ahead reply (or error). Signal streams are trimmed at snapshot boundaries under
+    ``retention`` (:mod:`signals.core.retention`).
 
-    The lanes' signal texts follow the script's JSON argument as arguments of their own:
-    escaped into it, they cost more to encode here and to decode in the script than
-    anything else either does with them.
+    On one server, partitions share a call up to :data:`MERGE_EVENTS` events (see
+    :func:`_calls`); on a Redis Cluster each partition is a call of its own (a script's
+    keys must share a slot). The lanes' signal texts follow the script's JSON argument as
+    arguments of their own: escaped into it, they cost more to encode here and to decode
+    in the script than anything else either does with them.
 
     On one server the scripts go as plain EVALSHA: redis-py would otherwise send SCRIPT
-    EXISTS before every pipeline holding a script (a round trip per batch). A partition
-    whose script the server does not have (NOSCRIPT: it was restarted or flushed; the
-    script did not run) is committed again once the script is loaded."""
-    calls = [_commit_call(keys, partition, commits, retention) for partition, commits in order]
+    EXISTS before every pipeline holding a script (a round trip per batch). A call whose
+    script the server does not have (NOSCRIPT: it was restarted or flushed; the script did
+    not run) is made again once the script is loaded."""
     plain = not isinstance(redis, RedisCluster)
+    groups = _calls(order, merge=plain)
+    calls = [_commit_call(keys, group, retention) for group in groups]
     async with redis.pipeline(transaction=False) as pipe:
         for script_keys, args in calls:
             if plain:
@@ -369,20 +379,44 @@ async def run_commits(
             for n, result in zip(missing, await pipe.execute(raise_on_error=False), strict=True):
                 results[n] = result
     raise_whole_server(results)
-    return cast(list[list[list[str]] | Exception], results), ahead
+    out: list[list[list[str]] | Exception] = []
+    for group, result in zip(groups, results, strict=True):
+        if isinstance(result, Exception):
+            out += [result] * len(group)
+        else:
+            out += cast(list[list[list[str]]], result)
+    return out, ahead
 
 
-def _commit_call(keys: Keys, partition: int, commits: list[LaneCommit],
+def _calls(order: list[tuple[int, list[LaneCommit]]], *, merge: bool) -> list[list[tuple[int, list[LaneCommit]]]]:
+    """The partitions of ``order`` grouped into script calls, in order."""
+    if not merge:
+        return [[item] for item in order]
+    groups: list[list[tuple[int, list[LaneCommit]]]] = []
+    size = 0
+    for item in order:
+        events = sum(len(c.acks) + len(c.signals) for c in item[1])
+        if not groups or (size and size + events > MERGE_EVENTS):
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += events
+    return groups
+
+
+def _commit_call(keys: Keys, group: list[tuple[int, list[LaneCommit]]],
                  retention: Retention) -> tuple[list[str], list[str | int]]:
-    """One partition's commit script call: its keys and arguments (ARGV: group, retained
-    signals, the lanes' JSON, retained age in ms, the document index key, then the texts)."""
-    script_keys = [keys.writes(partition)]
-    for c in commits:
-        script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
-    args: list[str | int] = [GROUP, retention.signals, encode_json([c.payload() for c in commits]),
-                             retention.age_ms, keys.documents(partition)]
-    for c in commits:
-        args += c.signals
+    """One commit script call over partitions: its keys and arguments (ARGV: group,
+    retained signals, the partitions' JSON, retained age in ms, then the texts)."""
+    script_keys: list[str] = []
+    partitions = []
+    for partition, commits in group:
+        script_keys.append(keys.writes(partition))
+        for c in commits:
+            script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
+        partitions.append({"docs": keys.documents(partition), "lanes": [c.payload() for c in commits]})
+    args: list[str | int] = [GROUP, retention.signals, encode_json(partitions), retention.age_ms]
+    for _, commits in group:
+        for c in commits:
+            args += c.signals
     return script_keys, args
-
-

@@ -307,6 +307,9 @@ class Consumer:
                 steady.append((lane, lane_entries, *found))
         sent_back = dict(force)  # the previous pass's statuses; this pass's commits fill force anew
         force.clear()
+        if sum(len(item[1]) for item in careful) + sum(len(item[1]) for item in steady) < 2 * _CHUNK_EVENTS:
+            return await self._plan_and_commit(careful, steady, stats, sent_back=sent_back, force=force, now=now,
+                                               prefetch=prefetch)
         commits = _Commits(self, stats, force)
         async with anyio.create_task_group() as tg:
             try:
@@ -321,6 +324,24 @@ class Consumer:
             except Exception as e:  # noqa: BLE001 - raised as it is once the chunks sent are done
                 commits.failed(e)
         return commits.result()
+
+    async def _plan_and_commit(
+        self, careful: list[_Careful], steady: list[_Steady], stats: BatchStats, *, sent_back: dict[str, str],
+        force: dict[str, str], now: str, prefetch: _Prefetch | None,
+    ) -> list[Pending]:
+        """A batch too small to be worth chunks: plan every lane, then one commit (no tasks:
+        under light load a batch is a few events, and its latency is this path's)."""
+        per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
+        by_lane = dict(careful)
+        for lane, lane_entries, tracking, doc in steady:
+            commit = self._plan_steady(lane, lane_entries, tracking, doc, now)
+            if commit is None:  # the careful path decides, and counts the failure
+                by_lane[lane] = lane_entries
+            else:
+                per_partition[lane_entries[0].partition].append(commit)
+        if by_lane:
+            await self._plan_careful(by_lane, stats, sent_back, now, per_partition)
+        return await self._commit_all(per_partition, stats, force, prefetch)
 
     async def _plan_steady_chunks(
         self, steady: list[_Steady], commits: _Commits, tg: anyio.abc.TaskGroup, now: str, prefetch: _Prefetch | None

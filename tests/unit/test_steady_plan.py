@@ -79,3 +79,17 @@ def test_steady_document_refuses_what_does_not_extend_the_chain() -> None:
     assert steady_document(LANE, mixed, tracking) is None
     owners = [good[0], Pending(0, "1-3", _event(3, "b", owner="v"), "1-2")]
     assert steady_document(LANE, owners, tracking) is None
+
+
+def test_commit_calls_merge_light_partitions_and_split_heavy_ones() -> None:
+    """On one server, partitions share a script call until it holds MERGE_EVENTS events
+    (a partition is never split); on a cluster each partition is a call of its own."""
+    from workers.commit import MERGE_EVENTS, LaneCommit, _calls  # noqa: PLC0415
+    from workers.lane_state import LaneState  # noqa: PLC0415
+
+    def commit(events: int) -> LaneCommit:
+        return LaneCommit("r:x", LaneState(), [], acks=["1-1"] * events)
+
+    order = [(0, [commit(0)]), (1, [commit(3)]), (2, [commit(5)]), (3, [commit(MERGE_EVENTS)]), (4, [commit(1)])]
+    assert [[p for p, _ in group] for group in _calls(order, merge=True)] == [[0, 1, 2], [3], [4]]
+    assert [[p for p, _ in group] for group in _calls(order, merge=False)] == [[0], [1], [2], [3], [4]]

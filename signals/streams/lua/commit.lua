@@ -6,8 +6,11 @@
 -- tracking and acknowledge the lane's write events. A lane that fails a check is left
 -- untouched and its status says why; the worker recomputes it. Nothing read here is
 -- trusted: ids are checked before use.
--- KEYS: 1 writes stream, then per lane i: trk, sig, snaps
--- ARGV: 1 group, 2 signals to retain per lane, 3 JSON array, one object per lane (below),
+-- One call commits one or more partitions (all of a batch's on a single server; one on a
+-- Redis Cluster, where a script's keys share a slot): the per-call cost is paid once.
+-- KEYS: per partition, in order: its writes stream, then per lane: trk, sig, snaps
+-- ARGV: 1 group, 2 signals to retain per lane, 3 JSON array, one object per partition:
+--   {docs = the partition's document index key (below), lanes = one object per lane (below)},
 --   4 age to retain in ms (0: none; see the retention section):
 --   expected   the tracking's wv exactly as the worker read it ('' when absent, '!type' when
 --              the tracking key had another type, '!junk' when it was not text: replaced)
@@ -19,8 +22,9 @@
 --              snapshot list, before appending (the first signal is then a snapshot)
 --   fields     the tracking hash to store, by name
 --   signals    the number of the lane's signals: their JSON texts follow the JSON array as
---              arguments of their own (ARGV 6...), lane after lane (escaped into the array,
---              their decoding cost the script more than anything else it does with them)
+--              arguments of their own (ARGV 5...), lane after lane, partition after
+--              partition (escaped into the array, their decoding cost the script more
+--              than anything else it does with them)
 --   macs, snapshot, acks   the signals' MACs ('' = none), 0/1 per signal, the write
 --              entry ids to acknowledge
 --   check      false, or (a lane planned without reading its document: the steady state)
@@ -29,24 +33,26 @@
 --              be on the lane's chain: the batch's newest event of the lane, and the newest
 --              id an earlier walk found), thread and owner (thread lanes: the owner record's
 --              key and the resource the events name; false otherwise)
--- ARGV 5: the partition's document index (lane -> '<version> <event id> <format>'): read
+-- docs: the partition's document index (lane -> '<version> <event id> <format>'): read
 --   only, so it is not declared (EVAL would need write access to it); it shares the slot.
--- Returns one item per lane: {'ok', tail id, ids a check walked...}, {'conflict'},
+-- Returns one array per partition, of one item per lane: {'ok', tail id, ids a check walked...}, {'conflict'},
 -- {'resnap'}, {'type', keys}, {'reset', key} (the signal stream takes no new entry: the
 -- lane needs a new one) or {'unverified'} (the check failed: the lane is planned again
 -- from its document).
 local group = ARGV[1]
-local lanes = cjson.decode(ARGV[3])
+local partitions = cjson.decode(ARGV[3])
 local wanted = {'hash', 'stream', 'list'}
 local walk_limit = 32
-local next_signal = 6
-for _, lane in ipairs(lanes) do
-  local texts = {}
-  for s = 1, lane.signals do
-    texts[s] = ARGV[next_signal]
-    next_signal = next_signal + 1
+local next_signal = 5
+for _, partition in ipairs(partitions) do
+  for _, lane in ipairs(partition.lanes) do
+    local texts = {}
+    for s = 1, lane.signals do
+      texts[s] = ARGV[next_signal]
+      next_signal = next_signal + 1
+    end
+    lane.signals = texts
   end
-  lane.signals = texts
 end
 
 local function is_id(s)
@@ -133,13 +139,13 @@ local function retain(sig, snaps, newest, newest_v, last_v)
 end
 -- ===== end of retention ==================================================================
 -- The document index entries of the lanes with a check, by lane (one HMGET per 1,000).
-local function index_entries()
+local function index_entries(lanes, docs)
   local names, entries = {}, {}
   for _, lane in ipairs(lanes) do
     if lane.check then names[#names + 1] = lane.check.lane end
   end
   for a = 1, #names, 1000 do
-    local reply = redis.pcall('HMGET', ARGV[5], unpack(names, a, math.min(a + 999, #names)))
+    local reply = redis.pcall('HMGET', docs, unpack(names, a, math.min(a + 999, #names)))
     if reply.err then return {} end -- not a hash: every check fails, the careful path reports it
     for j = 1, #reply do entries[names[a + j - 1]] = reply[j] end
   end
@@ -152,7 +158,7 @@ end
 -- id already known to be on the chain) within walk_limit steps. A genuine event names the
 -- one before it (field p, see write.lua), so each id the walk passes is genuine. Returns
 -- the ids walked (nil: the check failed).
-local function verified(check, entry)
+local function verified(writes, check, entry)
   if type(entry) ~= 'string' then return nil end
   local version, eid, format = string.match(entry, '^(%d+) (%d+%-%d+) (%l+)$')
   if version == nil or #version > 16 or format ~= check.format or tonumber(version) < check.version then
@@ -165,7 +171,7 @@ local function verified(check, entry)
   for _ = 1, walk_limit do
     if stops[cursor] then return path end
     path[#path + 1] = cursor
-    local reply = redis.pcall('XRANGE', KEYS[1], cursor, cursor)
+    local reply = redis.pcall('XRANGE', writes, cursor, cursor)
     if reply.err or reply[1] == nil then return nil end
     local fields, prev = reply[1][2], nil
     for f = 1, #fields, 2 do
@@ -184,13 +190,16 @@ local function has_snapshot(flags)
   return false
 end
 
-local index = index_entries()
+-- One partition's lanes, their keys from KEYS[base] on (its writes stream, then 3 per lane).
+local function commit_partition(base, docs, lanes)
+local writes = KEYS[base]
+local index = index_entries(lanes, docs)
 local out = {}
 for i, lane in ipairs(lanes) do
-  local k = 2 + (i - 1) * 3
+  local k = base + 1 + (i - 1) * 3
   local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local status = nil
-  local walked = lane.check and verified(lane.check, index[lane.check.lane])
+  local walked = lane.check and verified(writes, lane.check, index[lane.check.lane])
   if lane.repair == 1 then
     -- a lane under repair: keys of another type go (the worker saw one, or the tracking is junk)
     local bad = {}
@@ -243,7 +252,7 @@ for i, lane in ipairs(lanes) do
         -- was written yet (the first XADD is the lane's first write); it needs a new stream.
         -- Anything else (OOM above all) is the server's: the whole script fails as it is.
         if s == 1 and string.find(id.err, 'exhausted', 1, true) then status = {'reset', sig} break end
-        return redis.error_reply(id.err)
+        error(id) -- the whole call fails as it is (the server's condition, OOM above all)
       end
       tail = id
       if lane.snapshot[s] == 1 then
@@ -266,7 +275,7 @@ for i, lane in ipairs(lanes) do
     end
     redis.call('HSET', trk, unpack(hset))
     for a = 1, #lane.acks, 1000 do -- unpack takes a few thousand values at most
-      redis.call('XACK', KEYS[1], group, unpack(lane.acks, a, math.min(a + 999, #lane.acks)))
+      redis.call('XACK', writes, group, unpack(lane.acks, a, math.min(a + 999, #lane.acks)))
     end
     status = {'ok', tail}
     for _, id in ipairs(walked or {}) do status[#status + 1] = id end
@@ -274,3 +283,11 @@ for i, lane in ipairs(lanes) do
   out[i] = status
 end
 return out
+end
+
+local results, base = {}, 1
+for p, partition in ipairs(partitions) do
+  results[p] = commit_partition(base, partition.docs, partition.lanes)
+  base = base + 1 + 3 * #partition.lanes
+end
+return results
