@@ -17,7 +17,7 @@ continues after the last version its stream shows; a corrupt document is the lan
 
 from __future__ import annotations
 
-import itertools
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
@@ -27,7 +27,7 @@ import msgspec
 import structlog
 
 from signals.core.codec import encode_json
-from signals.core.lane import DOCUMENT_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking, is_stream_id
+from signals.core.lane import DOCUMENT_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking
 from signals.core.models import WriteEvent
 from signals.errors import CorruptDataError
 from signals.streams.client import Client, queue_script
@@ -352,22 +352,24 @@ async def _from_documents(
 def chain_path(field: object, eid: str, start: str, stops: Set[str]) -> list[str] | None:
     """The walk from ``start`` down to a stop along a document's ``chain`` field, in the
     chain walk's form (the stop reached, then the ids walked, newest first), or ``None``
-    when the field cannot tell: absent, too long, not increasing stream ids ending at the
-    document's event ``eid``, ``start`` not on it, or no stop on it below ``start``."""
-    if not isinstance(field, str) or not field or len(field) > CHAIN_IDS * 42:
+    when the field cannot tell: absent, too long, not stream ids ending at the document's
+    event ``eid``, ``start`` not on it, an id twice on the walk, or no stop on it below
+    ``start``."""
+    if not isinstance(field, str) or not field or len(field) > CHAIN_IDS * 42 or not _CHAIN.fullmatch(field):
         return None
     ids = field.split(" ")
-    if ids[-1] != eid or start not in ids or not all(is_stream_id(i) for i in ids):
-        return None
-    order = [tuple(map(int, i.split("-"))) for i in ids]
-    if any(a >= b for a, b in itertools.pairwise(order)):
+    if ids[-1] != eid or start not in ids:
         return None
     walked: list[str] = []
     for n in range(ids.index(start), -1, -1):
         if ids[n] in stops:
-            return [ids[n], *walked]
+            return [ids[n], *walked] if len(set(walked)) == len(walked) else None
         walked.append(ids[n])
     return None
+
+
+#: A chain field: stream ids (digits, '-', digits), one space apart.
+_CHAIN = re.compile(r"[0-9]{1,20}-[0-9]{1,20}(?: [0-9]{1,20}-[0-9]{1,20})*")
 
 
 def _record_paths(

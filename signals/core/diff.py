@@ -320,10 +320,11 @@ def _moved(in_place: list[Hunk], old: list[Token], new: list[Token], nxt: str) -
     rewritten in place, none of them moved).
     """
     removed = [t for h in in_place for t in old[h.old_start - 1 : h.old_start - 1 + h.old_lines]]
-    if not any(_text(t) in nxt for t in removed):
-        return False
-    present = set(new)
-    return any(t in present for t in removed)
+    for t in removed:
+        if _text(t) in nxt:  # a candidate: now the exact test, once
+            present = set(new)
+            return any(r in present for r in removed)
+    return False
 
 
 def _within(hunks: list[Hunk], max_edits: int | None) -> str | None:
