@@ -286,11 +286,12 @@ class Consumer:
         plan them, commit; returns the entries of lanes to recompute (another worker
         advanced them, a steady-state check failed, or the commit asked for a repair).
 
-        Planning is the worker's CPU and committing is Redis's: a large batch's steady
-        lanes are planned in chunks of partitions (see :func:`_chunks`), each chunk's
-        commit sent as soon as it is planned, so that Redis commits one chunk while the
-        next is planned. Chunks hold disjoint lanes: no plan depends on another chunk's
-        commit.
+        Planning is the worker's CPU and committing is Redis's: a batch of at least
+        ``2 * _CHUNK_EVENTS`` events is planned in chunks of partitions (see
+        :func:`_chunks`), each chunk's commit sent as soon as it is planned, so that Redis
+        commits one chunk while the next is planned (careful-path chunks read, plan and
+        commit as tasks of their own). Chunks hold disjoint lanes: no plan depends on
+        another chunk's commit. A lighter batch is planned and committed in one go.
         """
         by_lane: dict[str, list[Pending]] = defaultdict(list)
         for entry in entries:
@@ -333,12 +334,7 @@ class Consumer:
         under light load a batch is a few events, and its latency is this path's)."""
         per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
         by_lane = dict(careful)
-        for lane, lane_entries, tracking, doc in steady:
-            commit = self._plan_steady(lane, lane_entries, tracking, doc, now)
-            if commit is None:  # the careful path decides, and counts the failure
-                by_lane[lane] = lane_entries
-            else:
-                per_partition[lane_entries[0].partition].append(commit)
+        self._plan_steady_into(steady, now, per_partition, by_lane)
         if by_lane:
             await self._plan_careful(by_lane, stats, sent_back, now, per_partition)
         return await self._commit_all(per_partition, stats, force, prefetch)
@@ -353,12 +349,7 @@ class Consumer:
         failed: dict[str, list[Pending]] = {}
         chunks = _chunks(steady)
         for n, chunk in enumerate(chunks):
-            for lane, lane_entries, tracking, doc in chunk:
-                commit = self._plan_steady(lane, lane_entries, tracking, doc, now)
-                if commit is None:
-                    failed[lane] = lane_entries
-                else:
-                    per_partition[lane_entries[0].partition].append(commit)
+            self._plan_steady_into(chunk, now, per_partition, failed)
             if n < len(chunks) - 1:
                 tg.start_soon(commits.run, per_partition, None)
                 per_partition = defaultdict(list)
@@ -366,6 +357,19 @@ class Consumer:
         if failed:  # the careful path decides, and counts the failure
             await self._plan_careful(failed, commits.stats, {}, now, per_partition)
         tg.start_soon(commits.run, per_partition, prefetch)
+
+    def _plan_steady_into(
+        self, steady: list[_Steady], now: str, per_partition: dict[int, list[LaneCommit]],
+        failed: dict[str, list[Pending]],
+    ) -> None:
+        """Plan steady lanes into ``per_partition``; a lane whose plan raised goes to
+        ``failed``, for the careful path (which decides, and counts the failure)."""
+        for lane, lane_entries, tracking, doc in steady:
+            commit = self._plan_steady(lane, lane_entries, tracking, doc, now)
+            if commit is None:
+                failed[lane] = lane_entries
+            else:
+                per_partition[lane_entries[0].partition].append(commit)
 
     def _steady_state(self, lane: str, entries: list[Pending]) -> tuple[LaneTracking, LaneDocument] | None:
         """The lane's cached tracking and the document its batch implies, when the lane is

@@ -6,8 +6,9 @@
 -- tracking and acknowledge the lane's write events. A lane that fails a check is left
 -- untouched and its status says why; the worker recomputes it. Nothing read here is
 -- trusted: ids are checked before use.
--- One call commits one or more partitions (all of a batch's on a single server; one on a
--- Redis Cluster, where a script's keys share a slot): the per-call cost is paid once.
+-- One call commits one or more partitions (on a single server, as many as hold up to 256
+-- events together; one on a Redis Cluster, where a script's keys share a slot): the
+-- per-call cost is paid once.
 -- KEYS: per partition, in order: its writes stream, then per lane: trk, sig, snaps
 -- ARGV: 1 group, 2 signals to retain per lane, 3 JSON array, one object per partition:
 --   {docs = the partition's document index key (below), lanes = one object per lane (below)},
@@ -192,102 +193,104 @@ end
 
 -- One partition's lanes, their keys from KEYS[base] on (its writes stream, then 3 per lane).
 local function commit_partition(base, docs, lanes)
-local writes = KEYS[base]
-local index = index_entries(lanes, docs)
-local out = {}
-for i, lane in ipairs(lanes) do
-  local k = base + 1 + (i - 1) * 3
-  local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-  local status = nil
-  local walked = lane.check and verified(writes, lane.check, index[lane.check.lane])
-  if lane.repair == 1 then
-    -- a lane under repair: keys of another type go (the worker saw one, or the tracking is junk)
-    local bad = {}
-    for j, key in ipairs({trk, sig, snaps}) do
-      if mistyped(key, wanted[j]) then bad[#bad + 1] = key end
-    end
-    if #bad > 0 then redis.call('DEL', unpack(bad)) end
-    local cur = redis.call('HMGET', trk, 'wv', 'v')
-    local current, current_v = cur[1] or '', cur[2] or ''
-    if lane.expected == '!type' and bad[1] == trk then current, current_v = '!type', lane.expected_v end
-    if lane.expected == '!junk' then
-      -- a value JSON cannot carry: replaced, unless a worker has written a clean one meanwhile
-      if string.match(current, '^%d*$') then status = {'conflict'} end
-    elseif current ~= lane.expected or (lane.expected_v ~= '!junk' and current_v ~= lane.expected_v) then
-      status = {'conflict'} -- wv and v: another worker's repair keeps wv but moves v
-    end
-  else
-    -- the usual path: a key of another type shows as an error of the command that reads it
-    local cur = redis.pcall('HMGET', trk, 'wv', 'v')
-    if lane.check and not walked then
-      status = {'unverified'}
-    elseif cur.err then
-      status = {'type', trk}
-    elseif (cur[1] or '') ~= lane.expected or (cur[2] or '') ~= lane.expected_v then
-      status = {'conflict'}
-    elseif has_snapshot(lane.snapshot) and mistyped(snaps, 'list') then
-      status = {'type', snaps}
+  local writes = KEYS[base]
+  local index = index_entries(lanes, docs)
+  local out = {}
+  for i, lane in ipairs(lanes) do
+    local k = base + 1 + (i - 1) * 3
+    local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+    local status = nil
+    local walked = lane.check and verified(writes, lane.check, index[lane.check.lane])
+    if lane.repair == 1 then
+      -- a lane under repair: keys of another type go (the worker saw one, or the tracking is junk)
+      local bad = {}
+      for j, key in ipairs({trk, sig, snaps}) do
+        if mistyped(key, wanted[j]) then bad[#bad + 1] = key end
+      end
+      if #bad > 0 then redis.call('DEL', unpack(bad)) end
+      local cur = redis.call('HMGET', trk, 'wv', 'v')
+      local current, current_v = cur[1] or '', cur[2] or ''
+      if lane.expected == '!type' and bad[1] == trk then current, current_v = '!type', lane.expected_v end
+      if lane.expected == '!junk' then
+        -- a value JSON cannot carry: replaced, unless a worker has written a clean one meanwhile
+        if string.match(current, '^%d*$') then status = {'conflict'} end
+      elseif current ~= lane.expected or (lane.expected_v ~= '!junk' and current_v ~= lane.expected_v) then
+        status = {'conflict'} -- wv and v: another worker's repair keeps wv but moves v
+      end
     else
-      local last = redis.pcall('XREVRANGE', sig, '+', '-', 'COUNT', 1)
-      if last.err then
-        status = {'type', sig}
-      elseif lane.tail ~= false and ((last[1] and last[1][1]) or '') ~= lane.tail then
-        status = {'resnap'}
-      end
-    end
-  end
-  local tail = lane.fields.tail
-  if status == nil then
-    if lane.repair == 1 and lane.reset == 1 then redis.call('DEL', sig, snaps) end
-    local newest, newest_s = nil, nil -- the last snapshot appended (retention)
-    for s = 1, #lane.signals do
-      local id
-      if lane.macs[s] ~= '' then
-        id = redis.pcall('XADD', sig, '*', 'e', lane.signals[s], 'm', lane.macs[s])
+      -- the usual path: a key of another type shows as an error of the command that reads it
+      local cur = redis.pcall('HMGET', trk, 'wv', 'v')
+      if lane.check and not walked then
+        status = {'unverified'}
+      elseif cur.err then
+        status = {'type', trk}
+      elseif (cur[1] or '') ~= lane.expected or (cur[2] or '') ~= lane.expected_v then
+        status = {'conflict'}
+      elseif has_snapshot(lane.snapshot) and mistyped(snaps, 'list') then
+        status = {'type', snaps}
       else
-        id = redis.pcall('XADD', sig, '*', 'e', lane.signals[s])
-      end
-      if type(id) == 'table' and id.err then
-        -- no id left after a foreign entry (the largest possible id): nothing of this lane
-        -- was written yet (the first XADD is the lane's first write); it needs a new stream.
-        -- Anything else (OOM above all) is the server's: the whole script fails as it is.
-        if s == 1 and string.find(id.err, 'exhausted', 1, true) then status = {'reset', sig} break end
-        error(id) -- the whole call fails as it is (the server's condition, OOM above all)
-      end
-      tail = id
-      if lane.snapshot[s] == 1 then
-        redis.call('RPUSH', snaps, id)
-        newest, newest_s = id, s
+        local last = redis.pcall('XREVRANGE', sig, '+', '-', 'COUNT', 1)
+        if last.err then
+          status = {'type', sig}
+        elseif lane.tail ~= false and ((last[1] and last[1][1]) or '') ~= lane.tail then
+          status = {'resnap'}
+        end
       end
     end
-    if newest then -- signals of one commit are consecutive versions, ending at fields.v
-      local last_v = tonumber(lane.fields.v)
-      retain(sig, snaps, newest, last_v - #lane.signals + newest_s, last_v)
+    local tail = lane.fields.tail
+    if status == nil then
+      if lane.repair == 1 and lane.reset == 1 then redis.call('DEL', sig, snaps) end
+      local newest, newest_s = nil, nil -- the last snapshot appended (retention)
+      for s = 1, #lane.signals do
+        local id
+        if lane.macs[s] ~= '' then
+          id = redis.pcall('XADD', sig, '*', 'e', lane.signals[s], 'm', lane.macs[s])
+        else
+          id = redis.pcall('XADD', sig, '*', 'e', lane.signals[s])
+        end
+        if type(id) == 'table' and id.err then
+          -- no id left after a foreign entry (the largest possible id): nothing of this lane
+          -- was written yet (the first XADD is the lane's first write); it needs a new stream.
+          -- Anything else (OOM above all) is the server's: the whole script fails as it is.
+          if s == 1 and string.find(id.err, 'exhausted', 1, true) then status = {'reset', sig} break end
+          return nil, id.err -- the whole call fails with it, as it is
+        end
+        tail = id
+        if lane.snapshot[s] == 1 then
+          redis.call('RPUSH', snaps, id)
+          newest, newest_s = id, s
+        end
+      end
+      if newest then -- signals of one commit are consecutive versions, ending at fields.v
+        local last_v = tonumber(lane.fields.v)
+        retain(sig, snaps, newest, last_v - #lane.signals + newest_s, last_v)
+      end
     end
+    if status == nil then
+      local fields = lane.fields
+      fields.tail = tail
+      local hset = {}
+      for name, value in pairs(fields) do
+        hset[#hset + 1] = name
+        hset[#hset + 1] = value
+      end
+      redis.call('HSET', trk, unpack(hset))
+      for a = 1, #lane.acks, 1000 do -- unpack takes a few thousand values at most
+        redis.call('XACK', writes, group, unpack(lane.acks, a, math.min(a + 999, #lane.acks)))
+      end
+      status = {'ok', tail}
+      for _, id in ipairs(walked or {}) do status[#status + 1] = id end
+    end
+    out[i] = status
   end
-  if status == nil then
-    local fields = lane.fields
-    fields.tail = tail
-    local hset = {}
-    for name, value in pairs(fields) do
-      hset[#hset + 1] = name
-      hset[#hset + 1] = value
-    end
-    redis.call('HSET', trk, unpack(hset))
-    for a = 1, #lane.acks, 1000 do -- unpack takes a few thousand values at most
-      redis.call('XACK', writes, group, unpack(lane.acks, a, math.min(a + 999, #lane.acks)))
-    end
-    status = {'ok', tail}
-    for _, id in ipairs(walked or {}) do status[#status + 1] = id end
-  end
-  out[i] = status
-end
-return out
+  return out
 end
 
 local results, base = {}, 1
 for p, partition in ipairs(partitions) do
-  results[p] = commit_partition(base, partition.docs, partition.lanes)
+  local out, err = commit_partition(base, partition.docs, partition.lanes)
+  if err then return redis.error_reply(err) end -- the server's condition (OOM above all), as it is
+  results[p] = out
   base = base + 1 + 3 * #partition.lanes
 end
 return results
