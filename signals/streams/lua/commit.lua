@@ -2,9 +2,10 @@
 -- reading its document (the steady state), check the document is what the plan assumed;
 -- check the lane's keys have their types, compare-and-set on the tracking's processed
 -- write version, check the signal stream still ends at the signal the tracking names,
--- then append the lane's new signals (trimming only at snapshot boundaries), store the
--- tracking and acknowledge the lane's write events. A lane that fails a check is left
--- untouched and its status says why; the worker recomputes it. Nothing read here is
+-- then append the lane's new signals (trimming only at snapshot boundaries) and store the
+-- tracking. The write events of the lanes committed are acknowledged together, one XACK
+-- per partition (a call per lane cost more than the acknowledgement). A lane that fails
+-- a check is left untouched and its status says why; the worker recomputes it. Nothing read here is
 -- trusted: ids are checked before use.
 -- One call commits one or more partitions (on a single server, as many as hold up to 256
 -- events together; one on a Redis Cluster, where a script's keys share a slot): the
@@ -195,7 +196,12 @@ end
 local function commit_partition(base, docs, lanes)
   local writes = KEYS[base]
   local index = index_entries(lanes, docs)
-  local out = {}
+  local out, acks = {}, {} -- the write entries of the lanes committed: acknowledged together
+  local function acknowledge()
+    for a = 1, #acks, 1000 do -- unpack takes a few thousand values at most
+      redis.call('XACK', writes, group, unpack(acks, a, math.min(a + 999, #acks)))
+    end
+  end
   for i, lane in ipairs(lanes) do
     local k = base + 1 + (i - 1) * 3
     local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
@@ -253,6 +259,7 @@ local function commit_partition(base, docs, lanes)
           -- was written yet (the first XADD is the lane's first write); it needs a new stream.
           -- Anything else (OOM above all) is the server's: the whole script fails as it is.
           if s == 1 and string.find(id.err, 'exhausted', 1, true) then status = {'reset', sig} break end
+          acknowledge() -- the lanes committed before this one stay committed
           return nil, id.err -- the whole call fails with it, as it is
         end
         tail = id
@@ -275,14 +282,13 @@ local function commit_partition(base, docs, lanes)
         hset[#hset + 1] = value
       end
       redis.call('HSET', trk, unpack(hset))
-      for a = 1, #lane.acks, 1000 do -- unpack takes a few thousand values at most
-        redis.call('XACK', writes, group, unpack(lane.acks, a, math.min(a + 999, #lane.acks)))
-      end
+      for _, id in ipairs(lane.acks) do acks[#acks + 1] = id end
       status = {'ok', tail}
       for _, id in ipairs(walked or {}) do status[#status + 1] = id end
     end
     out[i] = status
   end
+  acknowledge()
   return out
 end
 
