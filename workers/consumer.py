@@ -21,18 +21,16 @@ Stale pending entries of dead consumers are reclaimed with XAUTOCLAIM.
 
 from __future__ import annotations
 
-import itertools
 import os
 import socket
 import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar, cast
+from typing import Literal, cast
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import msgspec
 import structlog
 from redis import exceptions as redis_exc
@@ -46,7 +44,9 @@ from signals.core.signing import Signer
 from signals.errors import GroupMissingError, WmSignalsError
 from signals.streams.client import Client, lua, now_iso
 from signals.streams.keys import GROUP, Keys, validate_id
+from workers import chunking
 from workers.cache import TrackingCache
+from workers.chains import ChainLinks
 from workers.commit import BatchStats, LaneCommit, plan_lane, plan_steady, run_commits, steady_check, steady_document
 from workers.counters import METRICS
 from workers.faults import is_whole_server
@@ -111,8 +111,7 @@ class Consumer:
         self.stats = BatchStats()
         self._commit = redis.register_script(lua("commit"))
         self._chain = redis.register_script(lua("chain"))
-        self._known: dict[str, dict[str, str]] = {}  # lane -> links found by chain walks (id -> its p)
-        self._heads: dict[str, str] = {}  # lane -> the newest of them (where the links start)
+        self._links = ChainLinks(options.tracking_cache)
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = redis.register_script(lua("dead_letter"))
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
@@ -286,12 +285,11 @@ class Consumer:
         plan them, commit; returns the entries of lanes to recompute (another worker
         advanced them, a steady-state check failed, or the commit asked for a repair).
 
-        Planning is the worker's CPU and committing is Redis's: a batch of at least
-        ``2 * _CHUNK_EVENTS`` events is planned in chunks of partitions (see
-        :func:`_chunks`), each chunk's commit sent as soon as it is planned, so that Redis
-        commits one chunk while the next is planned (careful-path chunks read, plan and
-        commit as tasks of their own). Chunks hold disjoint lanes: no plan depends on
-        another chunk's commit. A lighter batch is planned and committed in one go.
+        Planning is the worker's CPU and committing is Redis's: a batch worth chunks (see
+        :mod:`workers.chunking`) is planned in chunks of partitions, each chunk's commit
+        sent as soon as it is planned, so that Redis commits one chunk while the next is
+        planned (careful-path chunks read, plan and commit as tasks of their own). A
+        lighter batch is planned and committed in one go.
         """
         by_lane: dict[str, list[Pending]] = defaultdict(list)
         for entry in entries:
@@ -308,18 +306,35 @@ class Consumer:
                 steady.append((lane, lane_entries, *found))
         sent_back = dict(force)  # the previous pass's statuses; this pass's commits fill force anew
         force.clear()
-        if sum(len(item[1]) for item in careful) + sum(len(item[1]) for item in steady) < 2 * _CHUNK_EVENTS:
+        if not chunking.chunked([*careful, *steady]):
             return await self._plan_and_commit(careful, steady, stats, sent_back=sent_back, force=force, now=now,
                                                prefetch=prefetch)
-        commits = _Commits(self, stats, force)
+        return await self._commit_in_chunks(careful, steady, stats, sent_back=sent_back, force=force, now=now,
+                                            prefetch=prefetch)
+
+    async def _commit_in_chunks(
+        self, careful: list[_Careful], steady: list[_Steady], stats: BatchStats, *, sent_back: dict[str, str],
+        force: dict[str, str], now: str, prefetch: _Prefetch | None,
+    ) -> list[Pending]:
+        """A batch worth chunks: careful-path chunks as tasks (read, plan, commit), then the
+        steady lanes chunk by chunk, each chunk's commit sent as soon as it is planned; the
+        read-ahead rides with the last chunk."""
+        async def commit(per_partition: dict[int, list[LaneCommit]], ahead: _Prefetch | None) -> list[Pending]:
+            return await self._commit_all(per_partition, stats, force, ahead)
+
+        async def plan_careful(by_lane: dict[str, list[Pending]], back: dict[str, str],
+                               per_partition: dict[int, list[LaneCommit]]) -> None:
+            await self._plan_careful(by_lane, stats, back, now, per_partition)
+
+        commits: chunking.ChunkCommits[_Prefetch] = chunking.ChunkCommits(commit, plan_careful, stats)
         async with anyio.create_task_group() as tg:
             try:
-                careful_chunks = _chunks(careful)
+                careful_chunks = chunking.chunks(careful)
                 for n, chunk in enumerate(careful_chunks if careful else []):
                     last = n == len(careful_chunks) - 1 and not steady
-                    tg.start_soon(commits.careful, dict(chunk), sent_back, now, prefetch if last else None)
+                    tg.start_soon(commits.careful, dict(chunk), sent_back, prefetch if last else None)
                 if careful:
-                    await _let_send()
+                    await chunking.let_send()
                 if steady:
                     await self._plan_steady_chunks(steady, commits, tg, now, prefetch)
             except Exception as e:  # noqa: BLE001 - raised as it is once the chunks sent are done
@@ -340,20 +355,21 @@ class Consumer:
         return await self._commit_all(per_partition, stats, force, prefetch)
 
     async def _plan_steady_chunks(
-        self, steady: list[_Steady], commits: _Commits, tg: anyio.abc.TaskGroup, now: str, prefetch: _Prefetch | None
+        self, steady: list[_Steady], commits: chunking.ChunkCommits[_Prefetch], tg: anyio.abc.TaskGroup, now: str,
+        prefetch: _Prefetch | None,
     ) -> None:
         """Plan the steady lanes chunk by chunk, starting each chunk's commit as soon as it
         is planned; the last chunk also carries the lanes whose plan raised (planned on the
         careful path) and the read-ahead."""
         per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
         failed: dict[str, list[Pending]] = {}
-        chunks = _chunks(steady)
+        chunks = chunking.chunks(steady)
         for n, chunk in enumerate(chunks):
             self._plan_steady_into(chunk, now, per_partition, failed)
             if n < len(chunks) - 1:
                 tg.start_soon(commits.run, per_partition, None)
                 per_partition = defaultdict(list)
-                await _let_send()
+                await chunking.let_send()
         if failed:  # the careful path decides, and counts the failure
             await self._plan_careful(failed, commits.stats, {}, now, per_partition)
         tg.start_soon(commits.run, per_partition, prefetch)
@@ -391,8 +407,7 @@ class Consumer:
             commit = plan_steady(lane, doc, tracking, entries, options=self.options.lane, now=now, signer=self.signer)
         except Exception:  # noqa: BLE001 - not counted here: the careful path plans it again, and counts
             return None
-        known = self._known.get(lane)
-        commit.check = steady_check(self.keys, doc, self._heads.get(lane) if known and doc.eid in known else None)
+        commit.check = steady_check(self.keys, doc, self._links.head_for(lane, doc.eid))
         return commit
 
     async def _plan_careful(
@@ -404,17 +419,17 @@ class Consumer:
         force = {lane: status for lane, status in force.items() if lane in by_lane}
         states = await read_lanes(self.redis, self.keys, self._cache,
                                   {lane: e[0].partition for lane, e in by_lane.items()}, force)
-        await walk_chains(self.redis, self.keys, self._chain, states, by_lane=by_lane, known=self._known,
-                          heads=self._heads)
+        await walk_chains(self.redis, self.keys, self._chain, states, by_lane=by_lane, known=self._links.known,
+                          heads=self._links.heads)
         planned: dict[str, _Plan] = {}
         for lane, lane_entries in by_lane.items():
             planned[lane] = await self._plan(lane, states[lane], lane_entries, stats, now,
-                                             known=self._known.get(lane))
+                                             known=self._links.links(lane))
         needs_text = [lane for lane, plan in planned.items() if plan is None]
         await load_documents(self.redis, self.keys, states, needs_text)
         for lane in needs_text:
             planned[lane] = await self._plan(lane, states[lane], by_lane[lane], stats, now,
-                                           known=self._known.get(lane))
+                                           known=self._links.links(lane))
         for lane, plan in planned.items():
             if not plan:  # failed (retried later), or still without its text
                 continue
@@ -490,7 +505,7 @@ class Consumer:
             stats.add(c.stats)
             METRICS.committed(c.entries, time.time())
             self._cache.remember(c.lane, msgspec.structs.replace(c.final, tail=status[1]))
-            self._remember_chain(c, status[2:])
+            self._links.committed(c.lane, c.entries, status[2:])
             return []
         if status[0] == "unverified":  # the steady-state guess was wrong: plan it from its document
             stats.unverified += 1
@@ -503,27 +518,6 @@ class Consumer:
             force[c.lane] = status[0]
             log.warning("worker.lane_check_failed", lane=c.lane, status=status[0], detail=status[1:])
         return c.entries
-
-    def _remember_chain(self, c: LaneCommit, walked: list[str]) -> None:
-        """After a commit: forget the committed events' links (no longer needed to place
-        later events) and remember those a steady-state check walked (the next events).
-
-        The check reports the ids it walked, newest first, not the stop it reached (the
-        batch's newest event or the head): the last one is left unlinked, and a later walk
-        on the stream links it (one step)."""
-        known = self._known.get(c.lane)
-        if known is not None:
-            for e in c.entries:
-                known.pop(e.entry_id, None)
-            if not known:
-                del self._known[c.lane]
-                self._heads.pop(c.lane, None)
-        if walked:  # genuine: the walk went from the document's event down to the batch's
-            self._known.setdefault(c.lane, {}).update(itertools.pairwise(walked))
-            self._heads[c.lane] = walked[0]
-        if len(self._known) > self.options.tracking_cache:  # bounded: a lost path is walked again
-            self._known.clear()
-            self._heads.clear()
 
     async def _failed(self, entry: Pending, error: Exception, stats: BatchStats) -> None:
         """Count a processing failure; dead-letter the event after ``max_attempts``."""
@@ -580,81 +574,3 @@ def _text(value: object) -> str:
 
 _Careful = tuple[str, list[Pending]]
 _Steady = tuple[str, list[Pending], LaneTracking, LaneDocument]
-_T = TypeVar("_T", _Careful, _Steady)
-#: Events per chunk (see :func:`_chunks`): below twice this, a batch's lanes are one chunk.
-#: Small: a batch of a few hundred events (10,000 writes/s read every few tens of ms) was
-#: committed as one call, and the worker then waited for Redis as long as it had planned
-#: (measured: over half its time); in chunks of 50 Redis commits one while the next is
-#: planned (bench/bench_latency.py: p50 and p99 at 10,000/s about halved).
-_CHUNK_EVENTS = 50
-_MAX_CHUNKS = 4
-#: Scheduler passes granted to a chunk's commit task before planning goes on: enough for
-#: redis-py to send the pipeline on a pooled connection (it then awaits the reply). Too
-#: few only costs the overlap, never correctness.
-_SEND_PASSES = 4
-
-
-def _chunks(lanes: list[_T]) -> list[list[_T]]:
-    """Split lanes (items whose second element is the lane's events) into at most
-    :data:`_MAX_CHUNKS` chunks of whole partitions (in partition order), of about equal
-    events, each at least :data:`_CHUNK_EVENTS`: chunks never share a partition, so no
-    two commit or walk the same stream."""
-    total = sum(len(item[1]) for item in lanes)
-    count = min(_MAX_CHUNKS, total // _CHUNK_EVENTS)
-    if count <= 1:
-        return [lanes]
-    lanes = sorted(lanes, key=lambda item: item[1][0].partition)
-    chunks: list[list[_T]] = [[]]
-    size, share = 0, total / count
-    for n, item in enumerate(lanes):
-        chunks[-1].append(item)
-        size += len(item[1])
-        last_of_partition = n + 1 == len(lanes) or lanes[n + 1][1][0].partition != item[1][0].partition
-        if last_of_partition and size >= share * len(chunks) and len(chunks) < count and n + 1 < len(lanes):
-            chunks.append([])
-    return chunks
-
-
-async def _let_send() -> None:
-    for _ in range(_SEND_PASSES):
-        await anyio.lowlevel.checkpoint()
-
-
-class _Commits:
-    """A pass's chunk commits, run as tasks: the entries to recompute, and the first error
-    (raised as it is once every chunk is done, not wrapped in an exception group, so that
-    the read loop classifies it as it would a single commit's)."""
-
-    def __init__(self, consumer: Consumer, stats: BatchStats, force: dict[str, str]) -> None:
-        self._consumer, self.stats, self._force = consumer, stats, force
-        self._retry: list[Pending] = []
-        self._errors: list[Exception] = []
-
-    async def run(self, per_partition: dict[int, list[LaneCommit]], prefetch: _Prefetch | None) -> None:
-        """Commit planned lanes."""
-        try:
-            self._retry += await self._consumer._commit_all(per_partition, self.stats, self._force, prefetch)
-        except Exception as e:  # noqa: BLE001 - kept, and raised after the other chunks: see result()
-            self._errors.append(e)
-
-    async def careful(
-        self, by_lane: dict[str, list[Pending]], sent_back: dict[str, str], now: str, prefetch: _Prefetch | None
-    ) -> None:
-        """Read, plan and commit lanes on the careful path (``sent_back``: the statuses
-        that returned lanes from the previous pass)."""
-        per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
-        try:
-            await self._consumer._plan_careful(by_lane, self.stats, sent_back, now, per_partition)
-        except Exception as e:  # noqa: BLE001 - kept, and raised after the other chunks: see result()
-            self._errors.append(e)
-            return
-        await self.run(per_partition, prefetch)
-
-    def failed(self, error: Exception) -> None:
-        """Keep an error of the pass itself (planning), raised by :meth:`result`."""
-        self._errors.append(error)
-
-    def result(self) -> list[Pending]:
-        if self._errors:
-            raise self._errors[0]
-        return self._retry

@@ -26,7 +26,7 @@ from signals.streams.client import queue_script
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, lanes_of, running_workers, wait_caught_up
-from workers import consumer as consumer_module
+from workers import chunking
 from workers.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -261,14 +261,14 @@ async def test_a_batch_committed_in_chunks_signals_every_version_once(
     partitions (overlapping), every lane ends with one signal per version, nothing
     dead-lettered; a second round on the same lanes goes the steady path, chunked too."""
     chunked: list[int] = []
-    real = consumer_module._chunks
+    real = chunking.chunks
 
     def spy(lanes: list[Any]) -> list[list[Any]]:
         chunks = real(lanes)
         chunked.append(len(chunks))
         return chunks
 
-    monkeypatch.setattr(consumer_module, "_chunks", spy)
+    monkeypatch.setattr(chunking, "chunks", spy)
     store = WorkingMemoryStore(redis, keys=keys)
     for turn in range(2):
         async with redis.pipeline(transaction=False) as pipe:  # the store's own script, many writes at once

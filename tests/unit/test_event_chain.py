@@ -90,10 +90,11 @@ async def _settle_bound() -> int:
 
     redis = connect("redis://127.0.0.1:1/0")  # never used: nothing here talks to Redis
     consumer = Consumer(redis, Keys("u", 4), ConsumerOptions(tracking_cache=1), "c")
-    consumer._known.update({"r:a": {"1-1": "1-0"}, "r:b": {"1-2": "1-1"}})  # paths of lanes this worker never commits
+    # paths of lanes this worker never commits
+    consumer._links.known.update({"r:a": {"1-1": "1-0"}, "r:b": {"1-2": "1-1"}})
     consumer._settle(LaneCommit("r:c", LaneState(), []), ["ok", "1-9"], BatchStats(), {})
     await redis.aclose()
-    return len(consumer._known)
+    return len(consumer._links.known)
 
 
 def test_walked_paths_stay_bounded() -> None:
