@@ -287,12 +287,18 @@ def compact_patch(
             with their square); the linear in-place candidate is not limited by it.
             ``None`` when neither candidate is within the limits.
     """
-    old: list[Token] = list(prior.split("\n"))
-    new: list[Token] = list(nxt.split("\n"))
+    old: list[Token] = prior.split("\n")  # type: ignore[assignment]  # str tokens: _text is the identity
+    new: list[Token] = nxt.split("\n")  # type: ignore[assignment]
     candidates: list[list[Hunk]] = []
     limits = [limit for limit in (max_edits, search_edits) if limit is not None]
     if len(old) == len(new):
-        in_place = _in_place(old, new, 0)
+        differing = list(compress(range(len(old)), map(ne, old, new)))
+        if len(differing) == 1:  # the usual update, one line rewritten: its hunk, rendered at once
+            if max_edits is not None and max_edits < 2:  # one line out, one in
+                return None
+            line = differing[0]
+            return f"@@ -{line + 1},1 +{line + 1},1 @@\n-{old[line]}\n+{new[line]}"
+        in_place = _in_place(old, new, 0, differing)
         changed = sum(h.old_lines for h in in_place)
         if changed <= 1 or not _moved(in_place, old, new, nxt):
             return _within(in_place, max_edits)  # no alignment has fewer edits (see _moved)
@@ -333,9 +339,11 @@ def _within(hunks: list[Hunk], max_edits: int | None) -> str | None:
     return render_hunks(hunks)
 
 
-def _in_place(old: list[Token], new: list[Token], offset: int) -> list[Hunk]:
-    """Hunks for two equally long token lists: each run of differing lines is one hunk."""
-    differing = list(compress(range(len(old)), map(ne, old, new)))
+def _in_place(old: list[Token], new: list[Token], offset: int, differing: list[int] | None = None) -> list[Hunk]:
+    """Hunks for two equally long token lists: each run of differing lines is one hunk
+    (``differing``: the indexes of the lines that differ, when the caller has them)."""
+    if differing is None:
+        differing = list(compress(range(len(old)), map(ne, old, new)))
     hunks: list[Hunk] = []
     k, n = 0, len(differing)
     while k < n:

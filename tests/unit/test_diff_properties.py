@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from signals.core.cachekey import js_trim
-from signals.core.diff import apply_patch, compact_patch, diff_hunks, unified_patch
+from signals.core.diff import _in_place, _within, apply_patch, compact_patch, diff_hunks, unified_patch
 from signals.errors import PatchError
 
 LINE = st.one_of(
@@ -36,6 +36,22 @@ def test_compact_patch_applies(old: list[str], new: list[str], sep: str) -> None
     if not prior or not nxt:
         return
     assert apply_patch(prior, compact_patch(prior, nxt) or "") == nxt
+
+
+@given(st.lists(st.text(alphabet="ab\r ", max_size=4), min_size=1, max_size=12), st.data(),
+       st.one_of(st.none(), st.integers(0, 4)))
+@settings(max_examples=400, deadline=None)
+def test_one_line_rewritten_is_its_in_place_hunk(lines: list[str], data: st.DataObject, max_edits: int | None) -> None:
+    """One line rewritten (the usual update) is rendered at once: the same text as the
+    in-place hunk rendered, ``None`` past ``max_edits`` alike, and it applies."""
+    at = data.draw(st.integers(0, len(lines) - 1))
+    replacement = data.draw(st.text(alphabet="abc\r ", max_size=4).filter(lambda t: t != lines[at]))
+    changed = [*lines[:at], replacement, *lines[at + 1:]]
+    prior, nxt = "\n".join(lines), "\n".join(changed)
+    expected = _within(_in_place(prior.split("\n"), nxt.split("\n"), 0), max_edits)  # type: ignore[arg-type]
+    assert compact_patch(prior, nxt, max_edits=max_edits) == expected
+    if expected is not None and prior and nxt:  # an empty text has no lines to patch (never a document)
+        assert apply_patch(prior, expected) == nxt
 
 
 def test_compact_patch_edits_in_place() -> None:
