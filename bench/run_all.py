@@ -127,9 +127,11 @@ def main() -> None:
         "load in the same run (the practical floor on this host), at 2,000/s and 10,000/s. Latency runs from "
         "the write call to the subscriber's receipt; the generator is pipelined (one process per 4,000/s), and "
         "a run whose generator sent under 97% of its rate reads \"not reached\". The last column is how late "
-        "the (open-loop) generator started its writes, shown rather than folded in. Each rate runs through both "
-        "consumers three times, back to back on fresh servers: the figures are medians over the rounds, and the "
-        "ratio is the median of the rounds' ratios (listed beside it).")
+        "the (open-loop) generator started its writes, shown rather than folded in, and the CPU columns what the "
+        "consumer process and Redis spent in each run (start-up included; medians), the writers and the "
+        "subscriber sharing the same two cores. Each rate runs through both consumers "
+        f"{'once' if q else f'{bench_latency.ROUNDS} times'}, back to back on fresh servers: the figures are "
+        "medians over the rounds, and the ratio is the median of the rounds' ratios (listed beside it).")
     out()
     v = bench_verify.run(2_000 if q else 100_000)
     out(f"## replay --verify on a lane with {v['signals']:,} signals")
