@@ -48,8 +48,10 @@ def chunked(items: Sequence[tuple[object, ...]]) -> bool:
 def chunks(lanes: list[_T]) -> list[list[_T]]:
     """Split lanes (items whose second element is the lane's events) into at most
     :data:`MAX_CHUNKS` chunks of whole partitions (in partition order), of about equal
-    events, each at least :data:`CHUNK_EVENTS`: chunks never share a partition, so no
-    two commit or walk the same stream."""
+    events, each at least :data:`CHUNK_EVENTS`: the chunks of one list never share a
+    partition. (A pass chunks its careful and its steady lanes apart, so a careful and a
+    steady chunk may: harmless, as each lane is committed by one atomic script call, the
+    lanes are disjoint, and the chain walk only reads.)"""
     total = sum(len(_events(item)) for item in lanes)
     count = min(MAX_CHUNKS, total // CHUNK_EVENTS)
     if count <= 1:
