@@ -13,9 +13,10 @@ processed write version is acknowledged without a signal, so each write version 
 at most one signal and a crash yields no gap.
 
 Poison events (bad JSON, wrong types, a version outside 1..2**53, a lane that does not
-match its ids or does not belong to the partition, a version beyond the document's) go
-to the partition's dead-letter stream at once, with the reason; an event whose
-processing raises anything else is retried and dead-lettered after ``max_attempts``.
+match its ids or does not belong to the partition: :mod:`workers.events`; a version
+beyond the document's) go to the partition's dead-letter stream at once, with the reason;
+an event whose processing raises anything else is retried and dead-lettered after
+``max_attempts`` (:mod:`workers.dead_letters`).
 Stale pending entries of dead consumers are reclaimed with XAUTOCLAIM.
 """
 
@@ -36,31 +37,26 @@ import structlog
 from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
-from signals.core.codec import FIELD, decode_write, encode_json
-from signals.core.lane import MAX_VERSION, LaneDocument, LaneOptions, LaneTracking, is_stream_id
-from signals.core.models import DeadLetter, WriteEvent
+from signals.core.codec import FIELD, encode_json
+from signals.core.lane import LaneDocument, LaneOptions, LaneTracking
 from signals.core.retention import Retention
 from signals.core.signing import Signer
 from signals.errors import GroupMissingError, WmSignalsError
 from signals.streams.client import Client, lua, now_iso
-from signals.streams.keys import GROUP, Keys, validate_id
+from signals.streams.keys import GROUP, Keys
 from workers import chunking
 from workers.cache import TrackingCache
 from workers.chains import ChainLinks
 from workers.commit import BatchStats, LaneCommit, plan_lane, plan_steady, run_commits, steady_check, steady_document
 from workers.counters import METRICS
-from workers.faults import is_whole_server
+from workers.dead_letters import DeadLetters
+from workers.events import EventDecoder, printable, text
 from workers.lane_state import LaneState, Pending, load_documents, read_lanes, walk_chains
 
 __all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")
 
 log = structlog.get_logger(__name__)
 _MAX_RECOMPUTE = 50
-_LANE_PREFIX = {"resource": "r:", "thread": "t:"}
-#: The largest write event decoded (an honest one holds one document, 64 KiB by default).
-MAX_EVENT_CHARS = 4 * 1024 * 1024
-#: The write-event field naming the lane's previous event (set by the write script).
-PREV_FIELD = "p"
 
 
 def default_consumer_name() -> str:
@@ -113,9 +109,9 @@ class Consumer:
         self._chain = redis.register_script(lua("chain"))
         self._links = ChainLinks(options.tracking_cache)
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
-        self._dead = redis.register_script(lua("dead_letter"))
+        self._dead = DeadLetters(redis, keys, max_attempts=options.max_attempts, maxlen=options.dead_letter_maxlen)
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
-        self._lanes: dict[str, int] = {}  # lane -> its partition, for lanes whose id passed validate_id
+        self._events = EventDecoder(keys, options.tracking_cache)
 
     async def ensure_groups(self) -> None:
         """Create the consumer group on every partition stream (from the start; idempotent).
@@ -237,11 +233,11 @@ class Consumer:
                 await self.redis.xack(stream, GROUP, entry_id)
                 continue
             try:
-                event, prev = self._decode(fields, partition)
+                event, prev = self._events.decode(fields, partition)
             except (KeyError, ValueError, TypeError, WmSignalsError, msgspec.DecodeError,
                     msgspec.ValidationError) as e:
-                stats.dead_letters += await self._dead_letter(partition, entry_id, _printable(fields),
-                                                              f"poison: {_text(e)}", 1)
+                stats.dead_letters += await self._dead.send(partition, entry_id, printable(fields),
+                                                            f"poison: {text(e)}", 1)
                 continue
             entries.append(Pending(partition, entry_id, event, prev))
         force: dict[str, str] = {}
@@ -254,29 +250,6 @@ class Consumer:
         self.stats.add(stats)
         METRICS.record_batch(stats, time.perf_counter() - started)
         return stats
-
-    def _decode(self, fields: dict[str, str], partition: int) -> tuple[WriteEvent, str | None]:
-        """Decode and check one write event on its own (and its chain link); raises on poison."""
-        raw = fields[FIELD]
-        if len(raw) > MAX_EVENT_CHARS:  # bounded work: an honest event holds one document
-            raise ValueError(f"the event is {len(raw):,} characters, over {MAX_EVENT_CHARS:,}")
-        event = decode_write(raw)
-        prev = fields.get(PREV_FIELD)
-        if prev and not is_stream_id(prev):
-            raise ValueError(f"field {PREV_FIELD} is {prev[:40]!r}, not a stream id")
-        if not 1 <= event.version <= MAX_VERSION:
-            raise ValueError(f"version {event.version} is outside 1..2**53")
-        owner = event.resource_id if event.scope == "resource" else event.thread_id
-        if not owner or event.lane != _LANE_PREFIX[event.scope] + owner:
-            raise ValueError(f"lane {event.lane[:80]!r} does not match its scope and ids")
-        if self._lanes.get(event.lane) != partition:  # each lane's id and partition checked once
-            validate_id(owner, "the event's " + event.scope + " id")
-            if self.keys.partition(event.lane) != partition:
-                raise ValueError(f"lane {event.lane[:80]!r} does not belong to partition {partition}")
-            if len(self._lanes) >= self.options.tracking_cache:
-                self._lanes.clear()
-            self._lanes[event.lane] = partition
-        return event, prev
 
     async def _compute_and_commit(
         self, entries: list[Pending], stats: BatchStats, force: dict[str, str], prefetch: _Prefetch | None = None
@@ -436,8 +409,8 @@ class Consumer:
             commit, poison = plan
             lane_entries = by_lane[lane]
             for entry, reason in poison:
-                stats.dead_letters += await self._dead_letter(entry.partition, entry.entry_id,
-                                                              {FIELD: encode_json(entry.event)}, reason, 1)
+                stats.dead_letters += await self._dead.send(entry.partition, entry.entry_id,
+                                                            {FIELD: encode_json(entry.event)}, reason, 1)
             if commit.entries or commit.state.repair:
                 per_partition[lane_entries[0].partition].append(commit)
 
@@ -452,7 +425,7 @@ class Consumer:
                              known=known)
         except Exception as e:  # noqa: BLE001 - classified: counted, retried, then dead-lettered
             for pending in lane_entries:
-                await self._failed(pending, e, stats)
+                await self._dead.failed(pending, e, stats)
             return False
 
     async def _commit_all(
@@ -494,7 +467,7 @@ class Consumer:
             if isinstance(result, Exception):
                 self._cache.forget(c.lane)
                 for entry in c.entries:
-                    await self._failed(entry, result, stats)
+                    await self._dead.failed(entry, result, stats)
             else:
                 retry += self._settle(c, result[0], stats, force)
         return retry
@@ -518,58 +491,6 @@ class Consumer:
             force[c.lane] = status[0]
             log.warning("worker.lane_check_failed", lane=c.lane, status=status[0], detail=status[1:])
         return c.entries
-
-    async def _failed(self, entry: Pending, error: Exception, stats: BatchStats) -> None:
-        """Count a processing failure; dead-letter the event after ``max_attempts``."""
-        if is_whole_server(error):
-            raise error
-        try:
-            attempts = int(await self.redis.hincrby(self.keys.failures(entry.partition), entry.entry_id, 1))
-        except (redis_exc.ResponseError, ValueError) as e:  # a failure count that cannot be kept
-            if is_whole_server(e):
-                raise
-            attempts = self.options.max_attempts
-        log.warning("worker.event_failed", entry_id=entry.entry_id, attempts=attempts,
-                    error=f"{type(error).__name__}: {_text(error)}")
-        if attempts >= self.options.max_attempts and await self._dead_letter(
-                entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)},
-                f"failed {attempts} times: {type(error).__name__}: {_text(error)}", attempts):
-            stats.dead_letters += 1
-        elif attempts < self.options.max_attempts:
-            stats.retried += 1
-
-    async def _dead_letter(
-        self, partition: int, entry_id: str, fields: dict[str, str], error: str, attempts: int
-    ) -> bool:
-        """Move an entry to its partition's dead-letter stream; ``False`` when Redis refused
-        (a dead-letter stream of another type, say): the entry then stays pending, is
-        reclaimed later, and no other entry waits for it."""
-        letter = DeadLetter(stream=self.keys.writes(partition), entry_id=entry_id, fields=fields,
-                            error=error, attempts=attempts, at=now_iso())
-        try:
-            await self._dead(
-                keys=[self.keys.writes(partition), self.keys.dead_letters(partition), self.keys.failures(partition)],
-                args=[GROUP, entry_id, encode_json(letter), self.options.dead_letter_maxlen],
-            )
-        except redis_exc.ResponseError as e:
-            if is_whole_server(e):
-                raise
-            log.error("worker.dead_letter_failed", partition=partition, entry_id=entry_id, reason=error,  # noqa: TRY400
-                      error=_text(e))
-            return False
-        log.warning("worker.dead_lettered", partition=partition, entry_id=entry_id, error=error)
-        METRICS.dead_lettered(error)
-        return True
-
-
-def _printable(fields: dict[str, str]) -> dict[str, str]:
-    """An entry's fields as they can be stored in a dead letter: valid text (bytes that
-    were not UTF-8 shown as ``\\xNN``), bounded."""
-    return {_text(k)[:200]: _text(v)[:70_000] for k, v in list(fields.items())[:20]}
-
-
-def _text(value: object) -> str:
-    return str(value).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 _Careful = tuple[str, list[Pending]]
