@@ -42,6 +42,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from bench.cpu import process_cpu_s, server_cpu_s
 from signals.core.codec import FIELD
 from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
@@ -210,7 +211,7 @@ def _measure(mode: str, rate: int, seconds: float) -> dict[str, Any]:
         for writer in writers:
             writer.wait(120)
         results = [json.loads(path.read_text()) for path in outputs]
-        consumer_cpu = _cpu_seconds(consumer.pid)
+        consumer_cpu = process_cpu_s(consumer.pid)
         redis_cpu = runtime.run(_redis_cpu, server.url)
         consumer.terminate()
         consumer.wait(30)
@@ -224,21 +225,12 @@ def _measure(mode: str, rate: int, seconds: float) -> dict[str, Any]:
             "consumer_cpu": consumer_cpu, "redis_cpu": redis_cpu}
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux ``/proc``; NaN elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return math.nan
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _redis_cpu(url: str) -> float:
-    """The server's user + system CPU seconds since it started (``INFO cpu``)."""
     redis = connect(url)
-    info = await redis.info("cpu")
-    await redis.aclose()
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    try:
+        return await server_cpu_s(redis)
+    finally:
+        await redis.aclose()
 
 
 def run(rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 5.0, rounds: int = ROUNDS) -> list[dict[str, Any]]:

@@ -35,6 +35,7 @@ from typing import Any
 
 import anyio
 
+from bench.cpu import process_cpu_s
 from signals.core.codec import FIELD, encode_json
 from signals.core.models import WriteEvent
 from signals.streams.client import Client, connect
@@ -101,22 +102,6 @@ def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its children so far (Linux /proc)."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return 0.0
-    total = 0
-    for p in [pid, *(int(c) for c in children)]:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 async def _run(url: str, writes: int, lanes: int, *, metrics: bool, processes: int) -> tuple[float, float, float]:
     """One timed run in a fresh namespace; returns events/s, the workers' and Redis's CPU us per event."""
     keys = Keys("b" + uuid.uuid4().hex[:8], PARTITIONS)
@@ -146,14 +131,14 @@ async def _run(url: str, writes: int, lanes: int, *, metrics: bool, processes: i
             for stream in keys.all_writes():
                 pipe.xgroup_setid(stream, GROUP, "0", entries_read=0)
             await pipe.execute()
-        start, cpu, server_cpu = time.perf_counter(), _cpu_s(proc.pid), _cpu_s(server_pid)
+        start, cpu, server_cpu = time.perf_counter(), process_cpu_s(proc.pid), process_cpu_s(server_pid)
         if scraper:
             scraper.start()
         with anyio.fail_after(600):
             while not await _drained(redis, keys):
                 await anyio.sleep(0.01)
         elapsed = time.perf_counter() - start
-        cpu, server_cpu = _cpu_s(proc.pid) - cpu, _cpu_s(server_pid) - server_cpu
+        cpu, server_cpu = process_cpu_s(proc.pid) - cpu, process_cpu_s(server_pid) - server_cpu
         stop.set()
         return writes / elapsed, cpu / writes * 1e6, server_cpu / writes * 1e6
     finally:

@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import server_cpu_s
 from signals.core.codec import FIELD, encode_json
 from signals.core.models import WriteEvent
 from signals.streams.client import connect
@@ -158,18 +159,13 @@ def _child_env(tree: Path) -> dict[str, str]:
     return env
 
 
-async def _server_cpu(redis: Any) -> float:
-    info = await redis.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-
-
 async def _minimal(url: str, keys: Keys, writes: int) -> dict[str, float]:
     redis = connect(url)
     streams = keys.all_writes()
     for stream in streams:
         await redis.xgroup_create(stream, "minimal", id="0")
     done = 0
-    redis_cpu = await _server_cpu(redis)
+    redis_cpu = await server_cpu_s(redis)
     cpu, start = time.process_time(), time.perf_counter()
     while done < writes:
         reply = await redis.xreadgroup("minimal", "m", dict.fromkeys(streams, ">"), count=1000, block=100)
@@ -181,7 +177,7 @@ async def _minimal(url: str, keys: Keys, writes: int) -> dict[str, float]:
                     done += 1
             await pipe.execute()
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-    redis_cpu = await _server_cpu(redis) - redis_cpu
+    redis_cpu = await server_cpu_s(redis) - redis_cpu
     await redis.aclose()
     return {"eps": writes / elapsed, "cpu_us": (cpu + redis_cpu) / writes * 1e6}
 
