@@ -11,7 +11,8 @@
 -- events together; one on a Redis Cluster, where a script's keys share a slot): the
 -- per-call cost is paid once.
 -- KEYS: per partition, in order: its writes stream, then per lane: trk, sig, snaps
--- ARGV: 1 group, 2 signals to retain per lane, 3 JSON array, one object per partition:
+-- ARGV: 1 group, 2 signals to retain per lane, 3 a MessagePack array (fields by name, as
+--   JSON would carry them; cmsgpack decodes it faster than cjson), one map per partition:
 --   {docs = the partition's document index key (below), lanes = one object per lane (below)},
 --   4 age to retain in ms (0: none; see the retention section):
 --   expected   the tracking's wv exactly as the worker read it ('' when absent, '!type' when
@@ -21,20 +22,24 @@
 --   tail       the stream id the signal stream must end at ('' = empty or absent), or
 --              false when the lane is being re-snapshotted (no tail check)
 --   repair     1: delete lane keys of the wrong type, and with reset=1 the signal stream and
---              snapshot list, before appending (the first signal is then a snapshot)
---   fields     the tracking hash to store, by name
---   signals    the number of the lane's signals: their JSON texts follow the JSON array as
+--              snapshot list, before appending (the first signal is then a snapshot);
+--              absent: 0
+--   fields     the tracking hash to store, as HSET's name/value pairs, but for its tail
+--              (the id of the lane's last signal once this commit is done: added here)
+--   version    the lane version of the last signal (the tracking's v)
+--   tail_before the tracking's tail before this commit (stored when no signal is appended)
+--   signals    the number of the lane's signals: their JSON texts follow the plan argument as
 --              arguments of their own (ARGV 5...), lane after lane, partition after
 --              partition (escaped into the array, their decoding cost the script more
 --              than anything else it does with them)
---   macs, snapshot, acks   the signals' MACs ('' = none), 0/1 per signal, the write
---              entry ids to acknowledge
+--   macs, snapshot, acks   the signals' MACs ('' = none; absent: none is signed), 0/1
+--              per signal (absent: none is a snapshot), the write entry ids to acknowledge
 --   check      false, or (a lane planned without reading its document: the steady state)
 --              what the plan assumed, verified here before anything of the lane is written:
 --              lane, version (the batch's highest of the lane), format, stops (ids known to
 --              be on the lane's chain: the batch's newest event of the lane, and the newest
 --              id an earlier walk found), thread and owner (thread lanes: the owner record's
---              key and the resource the events name; false otherwise)
+--              key and the resource the events name; absent otherwise); absent: no check
 -- docs: the partition's document index (lane -> '<version> <event id> <format>'): read
 --   only, so it is not declared (EVAL would need write access to it); it shares the slot.
 -- Returns one array per partition, of one item per lane: {'ok', tail id, ids a check walked...}, {'conflict'},
@@ -42,7 +47,7 @@
 -- lane needs a new one) or {'unverified'} (the check failed: the lane is planned again
 -- from its document).
 local group = ARGV[1]
-local partitions = cjson.decode(ARGV[3])
+local partitions = cmsgpack.unpack(ARGV[3])
 local wanted = {'hash', 'stream', 'list'}
 local walk_limit = 32
 local next_signal = 5
@@ -54,6 +59,8 @@ for _, partition in ipairs(partitions) do
       next_signal = next_signal + 1
     end
     lane.signals = texts
+    lane.macs = lane.macs or {}
+    lane.snapshot = lane.snapshot or {}
   end
 end
 
@@ -167,11 +174,12 @@ local function verified(writes, check, entry)
     return nil
   end
   if check.thread and redis.pcall('HGET', check.thread, 'resource') ~= check.owner then return nil end
-  local stops = {}
-  for _, id in ipairs(check.stops) do stops[id] = true end
+  local stops = check.stops
   local cursor, path = eid, {}
   for _ = 1, walk_limit do
-    if stops[cursor] then return path end
+    for s = 1, #stops do
+      if stops[s] == cursor then return path end
+    end
     path[#path + 1] = cursor
     local reply = redis.pcall('XRANGE', writes, cursor, cursor)
     if reply.err or reply[1] == nil then return nil end
@@ -243,14 +251,15 @@ local function commit_partition(base, docs, lanes)
         end
       end
     end
-    local tail = lane.fields.tail
+    local tail = lane.tail_before
     if status == nil then
       if lane.repair == 1 and lane.reset == 1 then redis.call('DEL', sig, snaps) end
       local newest, newest_s = nil, nil -- the last snapshot appended (retention)
       for s = 1, #lane.signals do
         local id
-        if lane.macs[s] ~= '' then
-          id = redis.pcall('XADD', sig, '*', 'e', lane.signals[s], 'm', lane.macs[s])
+        local mac = lane.macs[s]
+        if mac and mac ~= '' then
+          id = redis.pcall('XADD', sig, '*', 'e', lane.signals[s], 'm', mac)
         else
           id = redis.pcall('XADD', sig, '*', 'e', lane.signals[s])
         end
@@ -268,19 +277,15 @@ local function commit_partition(base, docs, lanes)
           newest, newest_s = id, s
         end
       end
-      if newest then -- signals of one commit are consecutive versions, ending at fields.v
-        local last_v = tonumber(lane.fields.v)
+      if newest then -- signals of one commit are consecutive versions, ending at lane.version
+        local last_v = tonumber(lane.version)
         retain(sig, snaps, newest, last_v - #lane.signals + newest_s, last_v)
       end
     end
     if status == nil then
-      local fields = lane.fields
-      fields.tail = tail
-      local hset = {}
-      for name, value in pairs(fields) do
-        hset[#hset + 1] = name
-        hset[#hset + 1] = value
-      end
+      local hset = lane.fields
+      hset[#hset + 1] = 'tail'
+      hset[#hset + 1] = tail
       redis.call('HSET', trk, unpack(hset))
       for _, id in ipairs(lane.acks) do acks[#acks + 1] = id end
       status = {'ok', tail}
