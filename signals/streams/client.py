@@ -11,6 +11,7 @@ errors that are both the redis-py class and :class:`~signals.errors.RedisBusyErr
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -318,7 +319,7 @@ def _hiredis_packing(base: type[AbstractConnection]) -> type[AbstractConnection]
 
 
 async def queue_script(pipe: Pipeline | ClusterPipeline, script: AsyncScript, keys: list[str],
-                       args: list[str | int]) -> None:
+                       args: Sequence[str | int | bytes]) -> None:
     """Queue a Lua script call in a pipeline: EVALSHA on one server, EVAL on a cluster.
 
     redis-py's cluster pipeline refuses EVALSHA (it cannot reload a script missing on one
