@@ -40,8 +40,9 @@ __all__ = ("CHAIN_IDS", "LaneState", "Pending", "chain_frontier", "chain_path", 
 
 log = structlog.get_logger(__name__)
 
-#: About how many event ids a document's ``chain`` field holds (``CHAIN_IDS`` in write.lua,
-#: which bounds the field at 16 bytes per id: 128 ids of today's 15-character stream ids).
+#: At most about how many event ids a document's chain holds (``CHAIN_IDS`` in write.lua,
+#: which keeps them in two blocks of up to 8 * CHAIN_IDS bytes, 16 bytes per id: between 64
+#: and 128 ids of today's 15-character stream ids).
 CHAIN_IDS = 128
 #: How far past its own tracking a re-snapshot numbers to clear a tail it did not write.
 _MAX_JUMP = 1_000
@@ -324,15 +325,15 @@ async def _from_documents(
     redis: Client, keys: Keys, states: dict[str, LaneState], todo: dict[int, list[_Walk]], *,
     known: dict[str, dict[str, str]], heads: dict[str, str] | None,
 ) -> None:
-    """Place lanes from their documents' ``chain`` fields (one ``HMGET`` each, in one
-    pipeline): the lane's last :data:`CHAIN_IDS` event ids as the write script keeps them,
-    the same links as the events' ``p`` (see write.lua), read without reading the events.
-    A lane whose field is absent, malformed, does not end at the document's event or does
-    not reach a stop stays in ``todo`` for the walk on the stream; the others leave it."""
+    """Place lanes from their documents' chains (one ``HMGET`` each, in one pipeline):
+    the lane's last event ids as the write script keeps them, the same links as the events'
+    ``p`` (see write.lua), read without reading the events. A lane whose chain is absent,
+    malformed, does not end at the document's event or does not reach a stop stays in
+    ``todo`` for the walk on the stream; the others leave it."""
     async with redis.pipeline(transaction=False) as pipe:
         for lanes in todo.values():
             for walk in lanes:
-                pipe.hmget(keys.doc(walk.lane), ["chain"])
+                pipe.hmget(keys.doc(walk.lane), ["chain0", "chain"])
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
     fields = iter(replies)
@@ -341,12 +342,26 @@ async def _from_documents(
         for walk in lanes:
             reply = next(fields)
             doc = cast(LaneDocument, states[walk.lane].doc)
-            path = chain_path(reply[0] if isinstance(reply, list) else None, doc.eid, walk.start, set(walk.stops))
+            path = chain_path(_chain(reply), doc.eid, walk.start, set(walk.stops))
             if path is None:
                 left.append(walk)
             else:
                 _record_paths(states, [walk.lane], [path], known, heads)
         lanes[:] = left
+
+
+def _chain(reply: object) -> object:
+    """A document's chain from its fields ``chain0`` (the older block, may be absent) and
+    ``chain`` (the newest ids), as one text, oldest first; anything else as it is (for
+    :func:`chain_path` to refuse)."""
+    if not isinstance(reply, list) or len(reply) != 2:  # the two fields asked for
+        return None
+    older, newest = reply
+    if older is None:
+        return newest
+    if isinstance(older, str) and isinstance(newest, str):
+        return f"{older} {newest}"
+    return None
 
 
 def chain_path(field: object, eid: str, start: str, stops: Set[str]) -> list[str] | None:

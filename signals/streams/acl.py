@@ -91,7 +91,7 @@ class Script:
 SCRIPTS: Mapping[str, Script] = {
     # KEYS: doc, writes, idem (or doc), thread (or doc), lanes, docs
     "write": Script(("doc", "writes", "idem", "thread", "lanes", "docs"), {
-        "doc": ("hmget", "hset"), "writes": ("xadd",), "idem": ("get", "set"),
+        "doc": ("hmget", "hset", "hdel"), "writes": ("xadd",), "idem": ("get", "set"),
         "thread": ("hget", "hset"), "lanes": ("sadd",), "docs": ("hset",)}),
     # KEYS: thread
     "thread": Script(("thread",), {"thread": ("hget", "hset")}),

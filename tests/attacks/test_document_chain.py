@@ -58,20 +58,46 @@ async def _entries(redis: Redis, keys: Keys) -> list[tuple[str, dict[str, str]]]
 @pytest.mark.anyio
 @pytest.mark.redis
 async def test_write_script_keeps_the_last_ids_in_order(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
-    """After more writes than the field holds: the last event ids (about CHAIN_IDS, bounded
-    by length), oldest first, each named by the next one's ``p``, the newest the
-    document's ``eid``."""
+    """After more writes than the chain holds, at every count: the last event ids (between
+    CHAIN_IDS / 2 and CHAIN_IDS, bounded by length), oldest first across the two blocks
+    (``chain0`` then ``chain``), each named by the next one's ``p``, the newest the
+    document's ``eid``; neither block longer than half the bound."""
     store = WorkingMemoryStore(redis, keys=keys)
-    for n in range(2 * CHAIN_IDS):
+    lengths = set()
+    for n in range(3 * CHAIN_IDS):
         await store.replace("chained", f"# c\n- write {n}")
-    entries = await _entries(redis, keys)
-    field = await redis.hget(keys.doc(LANE), "chain")
-    chain = field.split(" ")
-    assert chain == [entry_id for entry_id, _ in entries][-len(chain):]
-    assert 100 <= len(chain) <= CHAIN_IDS + 1 and len(field) <= 16 * CHAIN_IDS + 24
-    assert chain[-1] == await redis.hget(keys.doc(LANE), "eid")
-    prev = {entry_id: fields["p"] for entry_id, fields in entries}
-    assert all(prev[b] == a for a, b in itertools.pairwise(chain))
+        if n < CHAIN_IDS:
+            continue
+        entries = await _entries(redis, keys)
+        older, newest = await redis.hmget(keys.doc(LANE), ["chain0", "chain"])
+        assert len(older) <= 8 * CHAIN_IDS and len(newest) <= 8 * CHAIN_IDS
+        chain = f"{older} {newest}".split(" ")
+        lengths.add(len(chain))
+        assert chain == [entry_id for entry_id, _ in entries][-len(chain):]
+        assert CHAIN_IDS // 2 <= len(chain) <= CHAIN_IDS + 1
+        assert chain[-1] == await redis.hget(keys.doc(LANE), "eid")
+        prev = {entry_id: fields["p"] for entry_id, fields in entries}
+        assert all(prev[b] == a for a, b in itertools.pairwise(chain))
+    assert len(lengths) > CHAIN_IDS // 4  # the blocks moved: the chain grew and shrank
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_a_long_chain_of_one_field_moves_down_whole(redis_server: RedisServer, redis: Redis,
+                                                           keys: Keys) -> None:
+    """A document written before the chain had two blocks holds up to CHAIN_IDS ids in
+    ``chain`` alone: the next write keeps them all as the older block and starts the new
+    one at its own event."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    for n in range(CHAIN_IDS):
+        await store.replace("chained", f"# c\n- write {n}")
+    ids = [entry_id for entry_id, _ in await _entries(redis, keys)]
+    await redis.hset(keys.doc(LANE), "chain", " ".join(ids))
+    await redis.hdel(keys.doc(LANE), "chain0")
+    await store.replace("chained", "# c\n- one more")
+    older, newest = await redis.hmget(keys.doc(LANE), ["chain0", "chain"])
+    assert older == " ".join(ids)
+    assert newest == await redis.hget(keys.doc(LANE), "eid")
 
 
 @pytest.mark.anyio
@@ -84,9 +110,10 @@ async def test_write_script_restarts_a_chain_that_is_not_the_documents(
     store = WorkingMemoryStore(redis, keys=keys)
     await store.replace("chained", "# c\n- one")
     eid = await redis.hget(keys.doc(LANE), "eid")
-    await redis.hset(keys.doc(LANE), "chain", "1-1 1-2 999-9")
+    await redis.hset(keys.doc(LANE), mapping={"chain": "1-1 1-2 999-9", "chain0": "1-0"})
     await store.replace("chained", "# c\n- two")
     assert await redis.hget(keys.doc(LANE), "chain") == f"{eid} {await redis.hget(keys.doc(LANE), 'eid')}"
+    assert await redis.hget(keys.doc(LANE), "chain0") is None  # the older block went with it
 
 
 async def _backlog(redis: Redis, keys: Keys, store: WorkingMemoryStore, worker: Consumer, writes: int) -> None:
@@ -134,17 +161,19 @@ async def test_backlog_is_placed_from_the_document_without_walking_the_stream(
 
 @pytest.mark.anyio
 @pytest.mark.redis
+@pytest.mark.parametrize("block", ["chain", "chain0"])
 @pytest.mark.parametrize("junk", ["1-1 2-2", "not ids", "x" * 10_000])
 async def test_junk_chain_field_falls_back_to_the_stream_walk(
-    redis_server: RedisServer, redis: Redis, keys: Keys, junk: str
+    redis_server: RedisServer, redis: Redis, keys: Keys, junk: str, block: str
 ) -> None:
-    """A chain field the worker cannot use (written by someone else): the events are
-    placed by walking the stream, as before the field existed; nothing is dead-lettered."""
+    """A chain block the worker cannot use (written by someone else), the newest or the
+    older one: the events are placed by walking the stream, as before the field existed;
+    nothing is dead-lettered."""
     store = WorkingMemoryStore(redis, keys=keys)
     worker = Consumer(redis, keys, _OPTIONS, "solo")
     await worker.ensure_groups()
     await _backlog(redis, keys, store, worker, 40)
-    await redis.hset(keys.doc(LANE), "chain", junk)
+    await redis.hset(keys.doc(LANE), block, junk)
     await worker.process(await _first_of_backlog(redis, keys, worker))
     await worker.process(await worker.read_batch())
     assert await _versions(redis, keys) == list(range(1, 42))
