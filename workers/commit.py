@@ -22,6 +22,7 @@ is written not at all and comes back ``unverified``, to be planned from its docu
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -68,9 +69,14 @@ class BatchStats:
     """Steady-state commits whose document check failed (the lane was planned again from its document)."""
 
     def add(self, other: BatchStats) -> None:
-        """Accumulate another batch's counters."""
-        for name in self.__slots__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        """Accumulate another batch's counters (once per committed lane: only the few that
+        are not zero are touched)."""
+        for name, value in zip(self.__slots__, _COUNTERS(other), strict=True):
+            if value:
+                setattr(self, name, getattr(self, name) + value)
+
+
+_COUNTERS = operator.attrgetter(*BatchStats.__slots__)  # every counter of a BatchStats, in slot order
 
 
 @dataclass(slots=True)
@@ -99,8 +105,7 @@ class LaneCommit:
             "expected": state.expected,
             "expected_v": state.expected_version,
             "tail": state.tracking.tail if check_tail and state.tracking else False,
-            # the tracking hash to store, as HSET's name/value pairs; the script adds the tail
-            "fields": [x for pair in final.fields().items() if pair[0] != "tail" for x in pair],
+            "fields": final.fields(),  # the tracking hash to store; the script adds the tail
             "version": final.version,
             "tail_before": final.tail,
             "signals": len(self.signals),  # the texts travel as arguments of their own (see run_commits)
@@ -431,7 +436,7 @@ def _commit_call(keys: Keys, group: list[tuple[int, list[LaneCommit]]],
     for partition, commits in group:
         script_keys.append(keys.writes(partition))
         for c in commits:
-            script_keys += [keys.track(c.lane), keys.signals(c.lane), keys.snapshots(c.lane)]
+            script_keys += keys.worker_keys(c.lane)
         partitions.append({"docs": keys.documents(partition), "lanes": [c.payload() for c in commits]})
     args: list[str | int | bytes] = [GROUP, retention.signals, _plan_encoder.encode(partitions), retention.age_ms]
     for _, commits in group:

@@ -140,11 +140,13 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
                 raise CorruptDataError(f"{where} field {name} is {value[:40]!r}, not a stream id")
         return cls(version, ck, mode, write_version, None, since, tail, we)
 
-    def fields(self) -> dict[str, str | int]:
-        """The tracking hash as the commit script stores it (by name; ``value`` is not
-        stored: it is the last signal's ``value``, so Redis holds each text once)."""
-        return {"v": self.version, "ck": self.cache_key, "mode": self.mode, "wv": self.write_version,
-                "n": self.since_snapshot, "tail": self.tail, "we": self.write_event}
+    def fields(self) -> list[str | int]:
+        """The tracking hash as the commit script stores it, as HSET's name/value pairs, but
+        for ``tail`` (the script adds the id of the last signal it appended) and ``len``
+        (the script's own). ``value`` is not stored: it is the last signal's ``value``, so
+        Redis holds each text once."""
+        return ["v", self.version, "ck", self.cache_key, "mode", self.mode, "wv", self.write_version,
+                "n", self.since_snapshot, "we", self.write_event]
 
 
 class LaneDocument(msgspec.Struct, frozen=True, gc=False):

@@ -93,6 +93,12 @@ class Keys:
         """List: stream ids of the retained snapshots, oldest first."""
         return self._lane_key("snaps", lane)
 
+    def worker_keys(self, lane: str) -> tuple[str, str, str]:
+        """:meth:`track`, :meth:`signals` and :meth:`snapshots` of a lane together (the
+        commit script's keys of each lane; its partition computed once)."""
+        prefix = f"{self.tag(self.partition(lane))}:"
+        return f"{prefix}trk:{lane}", f"{prefix}sig:{lane}", f"{prefix}snaps:{lane}"
+
     def idempotency(self, lane: str, key: str) -> str:
         """String: the version a write with this idempotency key produced.
 
