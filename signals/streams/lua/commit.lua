@@ -25,7 +25,8 @@
 --              snapshot list, before appending (the first signal is then a snapshot);
 --              absent: 0
 --   fields     the tracking hash to store, as HSET's name/value pairs, but for its tail
---              (the id of the lane's last signal once this commit is done: added here)
+--              (the id of the lane's last signal once this commit is done) and len (the
+--              signal stream's length, see tail_check): both added here
 --   version    the lane version of the last signal (the tracking's v)
 --   tail_before the tracking's tail before this commit (stored when no signal is appended)
 --   signals    the number of the lane's signals: their JSON texts follow the plan argument as
@@ -34,12 +35,12 @@
 --              than anything else it does with them)
 --   macs, snapshot, acks   the signals' MACs ('' = none; absent: none is signed), 0/1
 --              per signal (absent: none is a snapshot), the write entry ids to acknowledge
---   check      false, or (a lane planned without reading its document: the steady state)
+--   check      absent, or (a lane planned without reading its document: the steady state)
 --              what the plan assumed, verified here before anything of the lane is written:
 --              lane, version (the batch's highest of the lane), format, stops (ids known to
 --              be on the lane's chain: the batch's newest event of the lane, and the newest
 --              id an earlier walk found), thread and owner (thread lanes: the owner record's
---              key and the resource the events name; absent otherwise); absent: no check
+--              key and the resource the events name; absent otherwise)
 -- docs: the partition's document index (lane -> '<version> <event id> <format>'): read
 --   only, so it is not declared (EVAL would need write access to it); it shares the slot.
 -- Returns one array per partition, of one item per lane: {'ok', tail id, ids a check walked...}, {'conflict'},
