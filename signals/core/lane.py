@@ -142,9 +142,8 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
 
     def fields(self) -> list[str | int]:
         """The tracking hash as the commit script stores it, as HSET's name/value pairs, but
-        for ``tail`` (the script adds the id of the last signal it appended) and ``len``
-        (the script's own). ``value`` is not stored: it is the last signal's ``value``, so
-        Redis holds each text once."""
+        for ``tail`` (the script adds the id of the last signal it appended). ``value`` is
+        not stored: it is the last signal's ``value``, so Redis holds each text once."""
         return ["v", self.version, "ck", self.cache_key, "mode", self.mode, "wv", self.write_version,
                 "n", self.since_snapshot, "we", self.write_event]
 

@@ -100,7 +100,7 @@ SCRIPTS: Mapping[str, Script] = {
     # read the document index and thread owners, and walk the chain
     "commit": Script(("writes", "trk", "sig", "snaps"), {
         "writes": ("xack", "xrange"), "trk": ("type", "del", "hmget", "hset"),
-        "sig": ("type", "del", "xlen", "xrevrange", "xadd", "xtrim", "xrange"),
+        "sig": ("type", "del", "xrevrange", "xadd", "xtrim", "xrange"),
         "snaps": ("type", "del", "rpush", "lrange", "ltrim")},
         reads={"docs": ("hmget",), "thread": ("hget",)}),
     # KEYS: writes (read-only walk of a lane's event chain; a backlog's stretch read in chunks first)

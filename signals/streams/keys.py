@@ -80,9 +80,8 @@ class Keys:
     def track(self, lane: str) -> str:
         """Hash: the worker's tracking of the lane's signals: last signal version, cacheKey and
         mode, last processed write version, signals since the snapshot, the stream's tail id
-        and the last write event id (fields named in ``signals.core.lane.TRACKING_FIELDS``),
-        and the stream's length (``len``: the commit script's own tail check). It holds no
-        text: the next delta's base comes from the worker's cache or the stream."""
+        and the last write event id (fields named in ``signals.core.lane.TRACKING_FIELDS``). It
+        holds no text: the next delta's base comes from the worker's cache or the stream."""
         return self._lane_key("trk", lane)
 
     def signals(self, lane: str) -> str:

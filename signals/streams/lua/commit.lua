@@ -25,8 +25,7 @@
 --              snapshot list, before appending (the first signal is then a snapshot);
 --              absent: 0
 --   fields     the tracking hash to store, as HSET's name/value pairs, but for its tail
---              (the id of the lane's last signal once this commit is done) and len (the
---              signal stream's length, see tail_check): both added here
+--              (the id of the lane's last signal once this commit is done: added here)
 --   version    the lane version of the last signal (the tracking's v)
 --   tail_before the tracking's tail before this commit (stored when no signal is appended)
 --   signals    the number of the lane's signals: their JSON texts follow the plan argument as
@@ -115,7 +114,7 @@ local function snapshot_version(sig, id)
 end
 
 -- trim `sig` after `newest` (the id of the snapshot just appended, at version `newest_v`,
--- the lane's last version `last_v`) was pushed on `snaps`; returns the number of signals trimmed
+-- the lane's last version `last_v`) was pushed on `snaps`
 local function retain(sig, snaps, newest, newest_v, last_v)
   local cutoff = id_ms(newest) - retain_age_ms
   local keep_at, keep_id = nil, nil
@@ -135,7 +134,7 @@ local function retain(sig, snaps, newest, newest_v, last_v)
     if v == nil or v > last_v then -- a list we did not write: start it again at this snapshot
       redis.call('DEL', snaps)
       redis.call('RPUSH', snaps, newest)
-      return 0
+      return
     end
     if id_ms(id) > cutoff or last_v - v + 1 < retain_signals then
       done = true
@@ -143,9 +142,9 @@ local function retain(sig, snaps, newest, newest_v, last_v)
       keep_at, keep_id = i, id
     end
   end
-  if keep_id == nil then return 0 end
+  if keep_id == nil then return end
   if keep_at > 1 then redis.call('LTRIM', snaps, keep_at - 1, -1) end
-  return redis.call('XTRIM', sig, 'MINID', keep_id)
+  redis.call('XTRIM', sig, 'MINID', keep_id)
 end
 -- ===== end of retention ==================================================================
 -- The document index entries of the lanes with a check, by lane (one HMGET per 1,000).
@@ -194,39 +193,6 @@ local function verified(writes, check, entry)
   return nil
 end
 
--- Whether the signal stream still ends at `tail`, the last signal the tracking names
--- ('' = empty or absent): nil when it does, else a status. The tracking also records the
--- stream's length (its field len, stored by every commit): when the stream has that
--- length and nothing after the tail, it ends at the tail, checked without reading an
--- entry (the last entry's text, copied into the script, made this the dearest check of
--- a steady-state commit). A signal deleted or trimmed by anyone but this script, or
--- appended after the tail, changes one or the other, and so does a commit by a worker of
--- an older version, which does not keep the length: the lane is re-snapshotted (a trim
--- by someone else can leave a stream that no longer begins with its snapshot: reading
--- the last entry did not see that). A junk length fails the same way. Without a recorded
--- length (a tracking stored before it was kept) the last entry is read, as before. This
--- is never less strict than reading the last entry: it passes a stream whose last entry
--- is not the tail only when the stream was deleted and rebuilt with as many entries, all
--- before the tail, which takes explicit ids and a worker's credentials. Returns the
--- status and the stream's length as read.
-local function tail_check(sig, tail, recorded)
-  local length = redis.pcall('XLEN', sig)
-  if type(length) == 'table' then return {'type', sig} end
-  if tail == '' then
-    if length ~= 0 then return {'resnap'} end
-    return nil, 0
-  end
-  if not is_id(tail) then return {'resnap'} end
-  if recorded then -- HMGET gives false for an absent field
-    if tonumber(recorded) ~= length then return {'resnap'} end
-    if #redis.call('XREVRANGE', sig, '+', '(' .. tail, 'COUNT', 1) > 0 then return {'resnap'} end
-    return nil, length
-  end
-  local last = redis.call('XREVRANGE', sig, '+', '-', 'COUNT', 1)
-  if ((last[1] and last[1][1]) or '') ~= tail then return {'resnap'} end
-  return nil, length
-end
-
 local function has_snapshot(flags)
   for _, flag in ipairs(flags) do
     if flag == 1 then return true end
@@ -247,7 +213,7 @@ local function commit_partition(base, docs, lanes)
   for i, lane in ipairs(lanes) do
     local k = base + 1 + (i - 1) * 3
     local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-    local status, length = nil, nil -- length: the signal stream's, when the tail check read it
+    local status = nil
     local walked = lane.check and verified(writes, lane.check, index[lane.check.lane])
     if lane.repair == 1 then
       -- a lane under repair: keys of another type go (the worker saw one, or the tracking is junk)
@@ -267,7 +233,7 @@ local function commit_partition(base, docs, lanes)
       end
     else
       -- the usual path: a key of another type shows as an error of the command that reads it
-      local cur = redis.pcall('HMGET', trk, 'wv', 'v', 'len')
+      local cur = redis.pcall('HMGET', trk, 'wv', 'v')
       if lane.check and not walked then
         status = {'unverified'}
       elseif cur.err then
@@ -276,12 +242,16 @@ local function commit_partition(base, docs, lanes)
         status = {'conflict'}
       elseif has_snapshot(lane.snapshot) and mistyped(snaps, 'list') then
         status = {'type', snaps}
-      elseif lane.tail ~= false then
-        status, length = tail_check(sig, lane.tail, cur[3])
+      else
+        local last = redis.pcall('XREVRANGE', sig, '+', '-', 'COUNT', 1)
+        if last.err then
+          status = {'type', sig}
+        elseif lane.tail ~= false and ((last[1] and last[1][1]) or '') ~= lane.tail then
+          status = {'resnap'}
+        end
       end
     end
     local tail = lane.tail_before
-    local appended, trimmed = 0, 0
     if status == nil then
       if lane.repair == 1 and lane.reset == 1 then redis.call('DEL', sig, snaps) end
       local newest, newest_s = nil, nil -- the last snapshot appended (retention)
@@ -302,7 +272,6 @@ local function commit_partition(base, docs, lanes)
           return nil, id.err -- the whole call fails with it, as it is
         end
         tail = id
-        appended = s
         if lane.snapshot[s] == 1 then
           redis.call('RPUSH', snaps, id)
           newest, newest_s = id, s
@@ -310,16 +279,13 @@ local function commit_partition(base, docs, lanes)
       end
       if newest then -- signals of one commit are consecutive versions, ending at lane.version
         local last_v = tonumber(lane.version)
-        trimmed = retain(sig, snaps, newest, last_v - #lane.signals + newest_s, last_v)
+        retain(sig, snaps, newest, last_v - #lane.signals + newest_s, last_v)
       end
     end
     if status == nil then
-      if length then length = length + appended - trimmed else length = redis.call('XLEN', sig) end
       local hset = lane.fields
       hset[#hset + 1] = 'tail'
       hset[#hset + 1] = tail
-      hset[#hset + 1] = 'len'
-      hset[#hset + 1] = length
       redis.call('HSET', trk, unpack(hset))
       for _, id in ipairs(lane.acks) do acks[#acks + 1] = id end
       status = {'ok', tail}
