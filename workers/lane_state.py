@@ -35,8 +35,8 @@ from signals.streams.keys import Keys
 from workers.cache import TrackingCache
 from workers.faults import raise_whole_server
 
-__all__ = ("CHAIN_IDS", "LaneState", "Pending", "chain_frontier", "chain_path", "load_documents", "read_lanes",
-           "walk_chains")
+__all__ = ("CHAIN_IDS", "LaneState", "Pending", "chain_frontier", "chain_path", "join_chain", "load_documents",
+           "read_lanes", "walk_chains")
 
 log = structlog.get_logger(__name__)
 
@@ -342,7 +342,7 @@ async def _from_documents(
         for walk in lanes:
             reply = next(fields)
             doc = cast(LaneDocument, states[walk.lane].doc)
-            path = chain_path(_chain(reply), doc.eid, walk.start, set(walk.stops))
+            path = chain_path(join_chain(reply), doc.eid, walk.start, set(walk.stops))
             if path is None:
                 left.append(walk)
             else:
@@ -350,18 +350,25 @@ async def _from_documents(
         lanes[:] = left
 
 
-def _chain(reply: object) -> object:
+def join_chain(reply: object) -> object:
     """A document's chain from its fields ``chain0`` (the older block, may be absent) and
     ``chain`` (the newest ids), as one text, oldest first; anything else as it is (for
-    :func:`chain_path` to refuse)."""
+    :func:`chain_path` to refuse).
+
+    The write script starts ``chain`` from the last id of the block it moved to
+    ``chain0``: the blocks are joined only where they share that id. Otherwise (a
+    ``chain0`` left by a write script that kept one field, or by anyone else) ``chain``
+    alone is used: joined anyway, the blocks would make up a link between two ids that are
+    not each other's neighbours, and the events between them would be off the chain."""
     if not isinstance(reply, list) or len(reply) != 2:  # the two fields asked for
         return None
     older, newest = reply
-    if older is None:
+    if not (isinstance(older, str) and isinstance(newest, str)):
+        return newest if older is None else None
+    first, _, rest = newest.partition(" ")
+    if not rest or older.rpartition(" ")[2] != first:
         return newest
-    if isinstance(older, str) and isinstance(newest, str):
-        return f"{older} {newest}"
-    return None
+    return f"{older} {rest}"
 
 
 def chain_path(field: object, eid: str, start: str, stops: Set[str]) -> list[str] | None:

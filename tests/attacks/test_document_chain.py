@@ -19,10 +19,24 @@ from tests.integration.helpers import check_lane
 from workers import lane_state
 from workers.consumer import Consumer, ConsumerOptions, RawEntry
 from workers.embedded import RedisServer
-from workers.lane_state import CHAIN_IDS, chain_path
+from workers.lane_state import CHAIN_IDS, chain_path, join_chain
 
 LANE = "r:chained"
 _OPTIONS = ConsumerOptions(retention=Retention(signals=1_000))  # every signal kept: the tests count them
+
+
+def test_blocks_join_only_where_they_share_an_id() -> None:
+    """The two blocks join at the id they share; an older block that does not end where
+    the newest begins (left by a write script that kept one field, or by anyone) is left
+    out, so no link is made up between ids that are not neighbours; absent, the newest
+    block is the chain; anything but text is refused."""
+    assert join_chain(["1-1 1-2", "1-2 1-3 1-4"]) == "1-1 1-2 1-3 1-4"
+    assert join_chain(["1-1 1-2", "1-5 1-6"]) == "1-5 1-6"
+    assert chain_path(join_chain(["1-1 1-2", "1-5 1-6"]), "1-6", "1-6", {"1-1"}) is None
+    assert join_chain(["1-1 1-2", "1-2"]) == "1-2"
+    assert join_chain([None, "1-5 1-6"]) == "1-5 1-6"
+    assert join_chain(["1-1", None]) is None
+    assert join_chain(None) is None
 
 
 def test_chain_path_walks_from_start_to_a_stop() -> None:
@@ -71,7 +85,8 @@ async def test_write_script_keeps_the_last_ids_in_order(redis_server: RedisServe
         entries = await _entries(redis, keys)
         older, newest = await redis.hmget(keys.doc(LANE), ["chain0", "chain"])
         assert len(older) <= 8 * CHAIN_IDS and len(newest) <= 8 * CHAIN_IDS
-        chain = f"{older} {newest}".split(" ")
+        assert older.split(" ")[-1] == newest.split(" ")[0]  # the id the blocks share
+        chain = str(join_chain([older, newest])).split(" ")
         lengths.add(len(chain))
         assert chain == [entry_id for entry_id, _ in entries][-len(chain):]
         assert CHAIN_IDS // 2 <= len(chain) <= CHAIN_IDS + 1
@@ -87,7 +102,7 @@ async def test_a_long_chain_of_one_field_moves_down_whole(redis_server: RedisSer
                                                            keys: Keys) -> None:
     """A document written before the chain had two blocks holds up to CHAIN_IDS ids in
     ``chain`` alone: the next write keeps them all as the older block and starts the new
-    one at its own event."""
+    one from the last of them and its own event."""
     store = WorkingMemoryStore(redis, keys=keys)
     for n in range(CHAIN_IDS):
         await store.replace("chained", f"# c\n- write {n}")
@@ -97,7 +112,7 @@ async def test_a_long_chain_of_one_field_moves_down_whole(redis_server: RedisSer
     await store.replace("chained", "# c\n- one more")
     older, newest = await redis.hmget(keys.doc(LANE), ["chain0", "chain"])
     assert older == " ".join(ids)
-    assert newest == await redis.hget(keys.doc(LANE), "eid")
+    assert newest == f"{ids[-1]} {await redis.hget(keys.doc(LANE), 'eid')}"
 
 
 @pytest.mark.anyio
@@ -166,9 +181,10 @@ async def test_backlog_is_placed_from_the_document_without_walking_the_stream(
 async def test_junk_chain_field_falls_back_to_the_stream_walk(
     redis_server: RedisServer, redis: Redis, keys: Keys, junk: str, block: str
 ) -> None:
-    """A chain block the worker cannot use (written by someone else), the newest or the
-    older one: the events are placed by walking the stream, as before the field existed;
-    nothing is dead-lettered."""
+    """A chain block the worker cannot use (written by someone else): the newest one sends
+    the lane to the walk on the stream, as before the field existed; an older one that
+    does not share the newest one's first id is left out (the newest block still places
+    these events). Either way nothing is dead-lettered and every version is signalled."""
     store = WorkingMemoryStore(redis, keys=keys)
     worker = Consumer(redis, keys, _OPTIONS, "solo")
     await worker.ensure_groups()

@@ -8,7 +8,8 @@
 -- oldest first, in two fields: 'chain0' (the older block) then 'chain' (the newest ids,
 -- ending at eid), the same links as p: a worker behind by a backlog places events on them
 -- without walking the stream. A write extends 'chain', and when that block is full it
--- becomes 'chain0' and 'chain' starts again at the new id: one field of about 2 KB,
+-- becomes 'chain0' and 'chain' starts again from its last id (the one the blocks share,
+-- which shows the worker they follow each other) and the new id: one field of about 2 KB,
 -- rewritten on every write, cost more than the rest of this script (measured: 8.5 of
 -- 16 us a write); a block of half that is rewritten at half the size, and the copy
 -- into 'chain0' happens once a block. A chain that does not end at eid is started again
@@ -38,7 +39,7 @@ local last, chain = cur[3] or '', cur[4] or ''
 local older = nil -- a full block moving down to 'chain0'
 if last ~= '' and (chain == last or string.sub(chain, -#last - 1) == ' ' .. last) then
   if #chain + #id + 1 > BLOCK_BYTES then -- bounded by length (no count)
-    older, chain = chain, id
+    older, chain = chain, last .. ' ' .. id
   else
     chain = chain .. ' ' .. id
   end
