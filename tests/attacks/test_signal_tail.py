@@ -129,13 +129,19 @@ async def test_a_forged_entry_in_the_tails_place_at_the_same_length_is_resnapsho
 
 async def test_a_foreign_entry_below_the_largest_id_leaves_the_lane_recoverable(redis: Redis, keys: Keys) -> None:
     """A foreign entry one below the largest stream id: the re-snapshot takes the largest
-    id, after which no entry can follow. Each later commit finds the stream ends at its
+    id, after which no entry can follow. The next commit finds the stream ends at its
     tail, cannot append, and starts the lane's stream again; no write is lost and the
     worker never fails a whole commit on it."""
+    largest = "18446744073709551615-18446744073709551615"
     store, consumer = await _lane(redis, keys)
     await redis.xadd(keys.signals(LANE), {FIELD: "junk"}, id="18446744073709551615-18446744073709551614")
-    for n in range(3):
+    assert (await _next_signal(redis, keys, store, consumer, f"{NEXT}\n- more 0"))[0] == "snapshot"
+    assert await _last_id(redis, keys) == largest  # the stream can take no more
+    for n in range(1, 3):
         text = f"{NEXT}\n- more {n}"
         _, value = await _next_signal(redis, keys, store, consumer, text)
         assert value == text, n
+    entries = await redis.xrange(keys.signals(LANE))
+    assert not any(entry_id.startswith("18446744073709551615-") for entry_id, _ in entries)  # started again
+    assert decode_signal(entries[0][1][FIELD]).mode == "snapshot"
     assert await redis.xlen(keys.dead_letters(keys.partition(LANE))) == 0
