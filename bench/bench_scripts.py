@@ -56,7 +56,7 @@ async def _measure(url: str, lanes: int, rounds: int, batch: int) -> dict[str, f
     redis = connect(url)
     store = WorkingMemoryStore(redis, keys=keys)
     await store._check_namespace()
-    consumer = Consumer(redis, keys, ConsumerOptions(batch=batch), "bench")
+    consumer = Consumer(redis, keys, ConsumerOptions(batch=batch, block_ms=1), "bench")  # drained: no wait
     await consumer.ensure_groups()
     refs = [store.ref(f"user{i}") for i in range(lanes)]
     versions = [0] * lanes

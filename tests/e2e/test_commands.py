@@ -55,6 +55,13 @@ def test_benchmarks_run_on_tiny_inputs() -> None:
         assert section in proc.stdout
 
 
+def test_script_cost_diagnostic_runs_on_tiny_inputs() -> None:
+    """``bench.bench_scripts`` (not part of ``make bench``) runs and prints both rows."""
+    proc = _run(["-m", "bench.bench_scripts", "--lanes", "5", "--rounds", "2"])
+    assert proc.returncode == 0, proc.stderr
+    assert "per write (write script" in proc.stdout and "per committed lane (commit script" in proc.stdout
+
+
 def test_simulate_reads_stdin() -> None:
     """``simulate`` reads the scenario from stdin when no file is given."""
     scenario = (ROOT / "tests/vectors/scenarios/first_snapshot.json").read_text()
