@@ -1,8 +1,11 @@
-"""The OpenAI Agents SDK adapter, driven through the real ``Runner.run`` loop.
+"""The OpenAI Agents SDK adapter, driven through the real ``Runner.run`` loop, and through
+``Runner.run_streamed`` (the SDK's streamed loop, which calls the model's
+``stream_response``).
 
 The model is a scripted ``agents.Model`` subclass that records every input it received
 (instructions, items, tools) and answers with text or a ``setWorkingMemory`` function
-call; everything else is the SDK's own loop: the ``call_model_input_filter``, the
+call (streamed: as the one ``response.completed`` event that carries that answer);
+everything else is the SDK's own loop: the ``call_model_input_filter``, the
 function tool, a ``SQLiteSession`` whose ``SessionSettings(limit=...)`` is the history
 limit. Real Redis, a real worker process, a second writer in another process.
 """
@@ -17,7 +20,13 @@ import pytest
 from agents import Agent, FunctionTool, Model, ModelResponse, Runner, SQLiteSession, Usage
 from agents.memory import SessionSettings
 from agents.run_config import CallModelData, ModelInputData
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
@@ -49,6 +58,7 @@ class ScriptedModel(Model):
         self.calls: list[tuple[str | None, list[dict[str, Any]], list[str]]] = []
         self.turns: list[int] = []  # the turn of each call
         self.turn = 0
+        self.streamed = 0  # calls that came through stream_response
 
     async def get_response(self, system_instructions: str | None, input: str | list[Any],
                            model_settings: Any, tools: list[Any], output_schema: Any, handoffs: list[Any],
@@ -72,8 +82,20 @@ class ScriptedModel(Model):
                                                                         annotations=[])])]
         return ModelResponse(output=output, usage=Usage(), response_id=None)
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        raise NotImplementedError("the tests run the non-streamed loop")
+    async def stream_response(self, system_instructions: str | None, input: str | list[Any],
+                              model_settings: Any, tools: list[Any], output_schema: Any, handoffs: list[Any],
+                              tracing: Any, *, previous_response_id: str | None, conversation_id: str | None,
+                              prompt: Any) -> AsyncIterator[Any]:
+        """The same answer as :meth:`get_response`, as the stream's terminal event (the
+        SDK builds the turn's items from it, as from a streamed provider response)."""
+        self.streamed += 1
+        answer = await self.get_response(system_instructions, input, model_settings, tools, output_schema, handoffs,
+                                         tracing, previous_response_id=previous_response_id,
+                                         conversation_id=conversation_id, prompt=prompt)
+        response = Response.model_construct(id=f"resp_{len(self.calls)}", object="response", created_at=0.0,
+                                            model="scripted", output=answer.output, parallel_tool_calls=False,
+                                            tool_choice="auto", tools=[], usage=None)
+        yield ResponseCompletedEvent(type="response.completed", sequence_number=0, response=response)
 
 
 def markups_of(items: list[dict[str, Any]]) -> list[str]:
@@ -94,8 +116,10 @@ class CatchUp:
         return data.model_data
 
 
-async def test_conversation(redis_server: RedisServer, redis: Redis, keys: Keys) -> None:
-    """22 runs: tool writes, another process writes, the session limit drops the snapshot; audited from inputs."""
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_conversation(redis_server: RedisServer, redis: Redis, keys: Keys, streamed: bool) -> None:
+    """22 runs: tool writes, another process writes, the session limit drops the snapshot; audited from inputs.
+    Streamed runs go through the same model-input filter: the same audit holds."""
     store = WorkingMemoryStore(redis, keys=keys)
     await store.create_thread("t1", "u")
     audit = Audit(redis, keys, "t1")
@@ -110,8 +134,13 @@ async def test_conversation(redis_server: RedisServer, redis: Redis, keys: Keys)
             if turn in OTHER_PROCESS_TURNS:
                 current = await audit.expect(store, "u")
                 write_from_other_process(redis_server.url, keys, "u", f"{current}\n- another process, turn {turn}")
-            result = await Runner.run(agent, f"user says {turn}", session=session,
-                                      run_config=wm.run_config(tracing_disabled=True))
+            config = wm.run_config(tracing_disabled=True)
+            if streamed:
+                result = Runner.run_streamed(agent, f"user says {turn}", session=session, run_config=config)
+                async for _ in result.stream_events():
+                    pass
+            else:
+                result = await Runner.run(agent, f"user says {turn}", session=session, run_config=config)
             assert result.final_output.startswith("reply")
     audit.calls = [CallRecord(markups_of(items), expected, system)
                    for (system, items, _), expected in zip(model.calls, catch_up.expected, strict=True)]
@@ -125,6 +154,7 @@ async def test_conversation(redis_server: RedisServer, redis: Redis, keys: Keys)
     for turn in OTHER_PROCESS_TURNS:
         assert f"another process, turn {turn}" in final
     assert len(model.calls) == TURNS + len(TOOL_TURNS)
+    assert model.streamed == (len(model.calls) if streamed else 0)
     # within a run (a tool call, then the next model call) the input only grows: a byte-stable prefix
     for k in range(len(model.calls) - 1):
         if model.turns[k] == model.turns[k + 1]:
