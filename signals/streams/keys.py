@@ -74,7 +74,8 @@ class Keys:
         return f"{self.tag(self.partition(lane))}:{kind}:{lane}"
 
     def doc(self, lane: str) -> str:
-        """Hash: ``data``, ``version``, ``format``, ``scope``, ``updatedAt``, ``eid``, ``chain`` (see write.lua)."""
+        """Hash: ``data``, ``version``, ``format``, ``scope``, ``updatedAt``, ``eid``, ``chain0``, ``chain``
+        (see write.lua)."""
         return self._lane_key("doc", lane)
 
     def track(self, lane: str) -> str:
