@@ -20,10 +20,9 @@ scripts add inside Redis. All scripts share one Lua collector, which runs in ste
 scripts: garbage the commit script leaves is partly collected during writes (the write
 script alone, with no commits between, measured ~10 us per write here), so the split
 between the two rows is approximate and their sum is not. The worker's own CPU per lane
-is printed too. The latency
-benchmark's gap to its floor
-at 10,000 writes/s is mostly the commit script's extra Redis time on a host shared with
-the load generator (see README.md, Performance): this is where it shows in isolation.
+is printed too. The latency benchmark's gap to its floor at 10,000 writes/s is mostly the
+commit script's extra Redis time on a host shared with the load generator (see
+README.md, Performance): this is where it shows in isolation.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from typing import Any
 
 import anyio
 
+from bench.bench_latency import BODY
 from signals.core.codec import FIELD
 from signals.streams.client import Client, connect
 from signals.streams.keys import Keys
@@ -41,7 +41,6 @@ from signals.streams.store import WorkingMemoryStore
 from workers.consumer import Consumer, ConsumerOptions
 from workers.embedded import RedisServer
 
-BODY = "\n".join(f"- fact {i}: something the agent remembers about the user" for i in range(8))
 WARMUP_ROUNDS = 70  # past the chain's first block (64 ids): the steady state of a long-lived lane
 
 

@@ -430,7 +430,8 @@ _plan_encoder = msgspec.msgpack.Encoder()
 def _commit_call(keys: Keys, group: list[tuple[int, list[LaneCommit]]],
                  retention: Retention) -> tuple[list[str], list[str | int | bytes]]:
     """One commit script call over partitions: its keys and arguments (ARGV: group,
-    retained signals, the partitions' JSON, retained age in ms, then the texts)."""
+    retained signals, the partitions' plan in MessagePack, retained age in ms, then the
+    texts)."""
     script_keys: list[str] = []
     partitions = []
     for partition, commits in group:

@@ -70,8 +70,8 @@ class Keys:
         """The key prefix (with hash tag) of a partition."""
         return f"{self.namespace}:{{p{partition}}}"
 
-    def _lane_key(self, kind: str, lane: str) -> str:
-        return f"{self.tag(self.partition(lane))}:{kind}:{lane}"
+    def _lane_key(self, kind: str, lane: str, tag: str | None = None) -> str:
+        return f"{tag or self.tag(self.partition(lane))}:{kind}:{lane}"
 
     def doc(self, lane: str) -> str:
         """Hash: ``data``, ``version``, ``format``, ``scope``, ``updatedAt``, ``eid``, ``chain0``, ``chain``
@@ -96,8 +96,8 @@ class Keys:
     def worker_keys(self, lane: str) -> tuple[str, str, str]:
         """:meth:`track`, :meth:`signals` and :meth:`snapshots` of a lane together (the
         commit script's keys of each lane; its partition computed once)."""
-        prefix = f"{self.tag(self.partition(lane))}:"
-        return f"{prefix}trk:{lane}", f"{prefix}sig:{lane}", f"{prefix}snaps:{lane}"
+        tag = self.tag(self.partition(lane))
+        return self._lane_key("trk", lane, tag), self._lane_key("sig", lane, tag), self._lane_key("snaps", lane, tag)
 
     def idempotency(self, lane: str, key: str) -> str:
         """String: the version a write with this idempotency key produced.
