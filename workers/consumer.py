@@ -1,5 +1,5 @@
-"""The worker loop's reading side: read write events, decode and check them, hand each
-batch to the lane commit protocol (:mod:`workers.commit`).
+"""The worker's consumer: what it reads (:mod:`workers.reader`) it decodes and checks,
+and hands each batch to the lane commit protocol (:mod:`workers.commit`).
 
 One batch is, under load, one round trip whatever its size: one pipeline with one commit
 script per partition that also carries the next XREADGROUP (read-ahead). Lanes in the
@@ -28,20 +28,18 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal
 
 import anyio
 import anyio.abc
 import msgspec
 import structlog
-from redis import exceptions as redis_exc
-from redis.asyncio.cluster import RedisCluster
 
 from signals.core.codec import FIELD, encode_json
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking
 from signals.core.retention import Retention
 from signals.core.signing import Signer
-from signals.errors import GroupMissingError, WmSignalsError
+from signals.errors import WmSignalsError
 from signals.streams.client import Client, lua, now_iso
 from signals.streams.keys import GROUP, Keys
 from workers import chunking
@@ -52,6 +50,7 @@ from workers.counters import METRICS
 from workers.dead_letters import DeadLetters
 from workers.events import EventDecoder, printable, text
 from workers.lane_state import LaneState, Pending, load_documents, read_lanes, walk_chains
+from workers.reader import GroupReader, RawEntry
 
 __all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")
 
@@ -83,7 +82,6 @@ class ConsumerOptions:
 
 
 _Plan = tuple[LaneCommit, list[tuple[Pending, str]]] | None | Literal[False]
-RawEntry = tuple[str, str, dict[str, str] | None]
 
 
 @dataclass(slots=True)
@@ -94,15 +92,14 @@ class _Prefetch:
     entries: list[RawEntry] | None = None
 
 
-class Consumer:
-    """One worker's consumer over every partition of a namespace."""
+class Consumer(GroupReader):
+    """One worker's consumer over every partition of a namespace: it reads as a
+    :class:`~workers.reader.GroupReader` and processes what it reads."""
 
     def __init__(self, redis: Client, keys: Keys, options: ConsumerOptions, name: str,
                  signer: Signer | None = None) -> None:
-        self.redis = redis
-        self.keys = keys
+        super().__init__(redis, keys, name, batch=options.batch, block_ms=options.block_ms, shard=options.shard)
         self.options = options
-        self.name = name
         self.signer = signer
         self.stats = BatchStats()
         self._commit = redis.register_script(lua("commit"))
@@ -112,60 +109,6 @@ class Consumer:
         self._dead = DeadLetters(redis, keys, max_attempts=options.max_attempts, maxlen=options.dead_letter_maxlen)
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
         self._events = EventDecoder(keys, options.tracking_cache)
-
-    async def ensure_groups(self) -> None:
-        """Create the consumer group on every partition stream (from the start; idempotent).
-
-        Existing groups are looked up first, so that a worker can start on a Redis that is
-        out of memory (which refuses XGROUP CREATE even when the group exists) and back off
-        in its read loop like any other worker.
-        """
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in self.keys.all_writes():
-                pipe.xinfo_groups(stream)
-            replies = await pipe.execute(raise_on_error=False)
-        for stream, groups in zip(self.keys.all_writes(), replies, strict=True):
-            if isinstance(groups, list) and any(g.get("name") == GROUP for g in groups):
-                continue
-            try:
-                await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
-            except redis_exc.ResponseError as e:
-                if "WRONGTYPE" in str(e):  # left out of the reads (see readable)
-                    log.error("worker.partition_unreadable", stream=stream, error=str(e))  # noqa: TRY400
-                elif "BUSYGROUP" not in str(e):
-                    raise
-
-    def stream_groups(self) -> list[list[str]]:
-        """The partition streams one XREADGROUP may read together: all of them on one
-        server, one each on a Redis Cluster (a command's keys must share a slot there)."""
-        index, count = self.options.shard
-        streams = [s for p, s in enumerate(self.keys.all_writes()) if p % count == index]
-        if isinstance(self.redis, RedisCluster):
-            return [[stream] for stream in streams]
-        return [streams]
-
-    async def read_batch(
-        self, streams: list[str] | None = None, cursors: dict[str, str] | None = None
-    ) -> list[RawEntry]:
-        """Read new entries from ``streams`` (default: every partition), or, with ``cursors``,
-        this consumer's own pending entries after each stream's cursor (no blocking)."""
-        wanted = cursors or dict.fromkeys(streams or self.keys.all_writes(), ">")
-        try:
-            reply = await self.redis.xreadgroup(
-                GROUP, self.name, wanted,  # type: ignore[arg-type]
-                count=self.options.batch,
-                block=None if cursors else self.options.block_ms,
-            )
-        except redis_exc.ResponseError as e:
-            if "NOGROUP" in str(e):
-                raise GroupMissingError(f"consumer group {GROUP} vanished: {e}") from e
-            raise
-        return self._flatten(reply)
-
-    @staticmethod
-    def _flatten(reply: object) -> list[RawEntry]:
-        typed = cast(list[tuple[str, list[tuple[str, dict[str, str] | None]]]], reply or [])
-        return [(stream, entry_id, fields) for stream, entries in typed for entry_id, fields in entries]
 
     async def drain_pending(self, streams: list[str] | None = None) -> BatchStats:
         """Process this consumer's own pending entries once (after a restart or reconnect)."""
@@ -178,18 +121,6 @@ class Consumer:
             if raw:
                 total.add(await self.process(raw))
         return total
-
-    async def readable(self, streams: list[str]) -> list[str]:
-        """The write streams of ``streams`` that are streams (or absent): a key of another
-        type would fail every XREADGROUP that names it, for every partition read with it."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in streams:
-                pipe.type(stream)
-            kinds = await pipe.execute()
-        bad = [s for s, kind in zip(streams, kinds, strict=True) if kind not in ("stream", "none")]
-        for stream in bad:
-            log.error("worker.partition_unreadable", stream=stream, type=kinds[streams.index(stream)])
-        return [s for s in streams if s not in bad]
 
     async def reclaim(self) -> BatchStats:
         """XAUTOCLAIM entries idle longer than ``claim_idle_ms`` from any consumer, and process them."""

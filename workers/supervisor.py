@@ -37,10 +37,11 @@ from signals.errors import GroupMissingError, RedisUnavailableError
 from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.namespace import check_namespace
-from workers.consumer import Consumer, RawEntry
+from workers.consumer import Consumer
 from workers.counters import METRICS
 from workers.faults import is_whole_server
 from workers.maintenance import trim_write_streams
+from workers.reader import RawEntry
 from workers.settings import Settings
 
 __all__ = ("run_worker",)

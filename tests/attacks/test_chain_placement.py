@@ -34,8 +34,9 @@ from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane
 from workers import consumer as consumer_module
-from workers.consumer import Consumer, ConsumerOptions, RawEntry
+from workers.consumer import Consumer, ConsumerOptions
 from workers.embedded import RedisServer
+from workers.reader import RawEntry
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 

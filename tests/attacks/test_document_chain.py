@@ -17,9 +17,10 @@ from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane
 from workers import lane_state
-from workers.consumer import Consumer, ConsumerOptions, RawEntry
+from workers.consumer import Consumer, ConsumerOptions
 from workers.embedded import RedisServer
 from workers.lane_state import CHAIN_IDS, chain_path, join_chain
+from workers.reader import RawEntry
 
 LANE = "r:chained"
 _OPTIONS = ConsumerOptions(retention=Retention(signals=1_000))  # every signal kept: the tests count them

@@ -1,0 +1,105 @@
+"""Reading a namespace's write streams as the worker group: creating the group on every
+partition, new entries (XREADGROUP, blocking up to ``block_ms``), this consumer's own
+pending entries after a restart, and which partition streams can be read at all.
+
+It does not decode, check or process what it reads: :mod:`workers.consumer` does, and
+reclaims dead consumers' entries through it. A read returns raw entries
+``(stream, entry id, fields)``; fields are ``None`` for an entry deleted while pending.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import structlog
+from redis import exceptions as redis_exc
+from redis.asyncio.cluster import RedisCluster
+
+from signals.errors import GroupMissingError
+from signals.streams.client import Client
+from signals.streams.keys import GROUP, Keys
+
+__all__ = ("GroupReader", "RawEntry")
+
+log = structlog.get_logger(__name__)
+
+RawEntry = tuple[str, str, dict[str, str] | None]
+
+
+class GroupReader:
+    """One consumer's reads of a namespace's partition write streams."""
+
+    def __init__(self, redis: Client, keys: Keys, name: str, *, batch: int, block_ms: int,
+                 shard: tuple[int, int] = (0, 1)) -> None:
+        """``batch``: entries per stream per read; ``shard``: ``(index, count)``, read the
+        partitions ``p`` with ``p % count == index``."""
+        self.redis = redis
+        self.keys = keys
+        self.name = name
+        self.batch, self.block_ms, self.shard = batch, block_ms, shard
+
+    async def ensure_groups(self) -> None:
+        """Create the consumer group on every partition stream (from the start; idempotent).
+
+        Existing groups are looked up first, so that a worker can start on a Redis that is
+        out of memory (which refuses XGROUP CREATE even when the group exists) and back off
+        in its read loop like any other worker.
+        """
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.keys.all_writes():
+                pipe.xinfo_groups(stream)
+            replies = await pipe.execute(raise_on_error=False)
+        for stream, groups in zip(self.keys.all_writes(), replies, strict=True):
+            if isinstance(groups, list) and any(g.get("name") == GROUP for g in groups):
+                continue
+            try:
+                await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except redis_exc.ResponseError as e:
+                if "WRONGTYPE" in str(e):  # left out of the reads (see readable)
+                    log.error("worker.partition_unreadable", stream=stream, error=str(e))  # noqa: TRY400
+                elif "BUSYGROUP" not in str(e):
+                    raise
+
+    def stream_groups(self) -> list[list[str]]:
+        """The partition streams one XREADGROUP may read together: all of them on one
+        server, one each on a Redis Cluster (a command's keys must share a slot there)."""
+        index, count = self.shard
+        streams = [s for p, s in enumerate(self.keys.all_writes()) if p % count == index]
+        if isinstance(self.redis, RedisCluster):
+            return [[stream] for stream in streams]
+        return [streams]
+
+    async def read_batch(
+        self, streams: list[str] | None = None, cursors: dict[str, str] | None = None
+    ) -> list[RawEntry]:
+        """Read new entries from ``streams`` (default: every partition), or, with ``cursors``,
+        this consumer's own pending entries after each stream's cursor (no blocking)."""
+        wanted = cursors or dict.fromkeys(streams or self.keys.all_writes(), ">")
+        try:
+            reply = await self.redis.xreadgroup(
+                GROUP, self.name, wanted,  # type: ignore[arg-type]
+                count=self.batch,
+                block=None if cursors else self.block_ms,
+            )
+        except redis_exc.ResponseError as e:
+            if "NOGROUP" in str(e):
+                raise GroupMissingError(f"consumer group {GROUP} vanished: {e}") from e
+            raise
+        return self._flatten(reply)
+
+    @staticmethod
+    def _flatten(reply: object) -> list[RawEntry]:
+        typed = cast(list[tuple[str, list[tuple[str, dict[str, str] | None]]]], reply or [])
+        return [(stream, entry_id, fields) for stream, entries in typed for entry_id, fields in entries]
+
+    async def readable(self, streams: list[str]) -> list[str]:
+        """The write streams of ``streams`` that are streams (or absent): a key of another
+        type would fail every XREADGROUP that names it, for every partition read with it."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                pipe.type(stream)
+            kinds = await pipe.execute()
+        bad = [s for s, kind in zip(streams, kinds, strict=True) if kind not in ("stream", "none")]
+        for stream in bad:
+            log.error("worker.partition_unreadable", stream=stream, type=kinds[streams.index(stream)])
+        return [s for s in streams if s not in bad]
