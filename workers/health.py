@@ -22,7 +22,7 @@ Readiness (``/readyz``): the last check of every process, at most
 partition's write stream and the worker's Lua scripts in the script cache (a check
 that finds them missing, after a Redis restart or ``SCRIPT FLUSH``, loads them).
 
-Heartbeat (``worker --check``): the monitor sets ``<namespace>:hb:<instance>``
+Heartbeat (``worker --check``): the monitor sets ``<namespace>:{hb}:<instance>``
 (:meth:`signals.streams.keys.Keys.heartbeat`; the instance is ``consumer_name`` when
 set, else the host name, so a probe in the same container finds it) with a TTL of
 ``heartbeat_ttl_s`` (default 10 s), each tick while every process of the board is live

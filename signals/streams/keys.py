@@ -149,9 +149,12 @@ class Keys:
         monitor task each ``health_interval_s`` and read by ``wm-signals worker --check``.
 
         ``instance`` is the worker's consumer name when configured, else its host name.
-        Outside every partition's hash tag: one small key per worker instance.
+        Outside every partition's hash tag: one small key per worker instance. The ``{hb}``
+        segment keeps the key and its ACL glob inside this namespace: a namespace may hold
+        ``:`` but never a brace, so ``wm:{hb}:*`` matches no key of the namespace
+        ``wm:hb`` (under ``wm:hb:*``, the workers of ``wm`` could write every key of it).
         """
-        return f"{self.namespace}:hb:{instance}"
+        return f"{self.namespace}:{{hb}}:{instance}"
 
     def pattern(self, kind: str) -> str:
         """The ACL glob matching every key of one ``kind`` in the namespace.
@@ -165,7 +168,7 @@ class Keys:
         if kind == "config":
             return self.config()
         if kind == "hb":
-            return f"{self.namespace}:hb:*"
+            return self.heartbeat("*")
         if kind in _LANE_KINDS:
             return f"{self.namespace}:{{p*}}:{kind}:*"
         if kind in _PARTITION_KINDS:

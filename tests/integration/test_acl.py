@@ -221,6 +221,26 @@ async def test_each_command_only_on_its_key_kinds(admin: Redis, role: str) -> No
 
 
 @pytest.mark.parametrize("role", list(ROLES))
+async def test_no_command_reaches_a_namespace_this_one_prefixes(admin: Redis, role: str) -> None:
+    """A namespace is the tenant boundary, also for one whose name extends it: each command
+    of the role is refused on every key of the namespaces ``wm:hb`` and ``wm:config`` (under
+    the old heartbeat glob ``wm:hb:*`` the worker of ``wm`` could write all of ``wm:hb``)."""
+    grants = grants_of(ROLES[role])
+    table = await _command_table(admin)
+    commands = sorted({cmd for grant in grants.values() for cmd in grant.commands})
+    problems = []
+    for other in (Keys("wm:hb", 4), Keys("wm:config", 4)):
+        theirs = [other.doc("r:x"), other.signals("r:x"), other.track("r:x"), other.writes(0),
+                  other.documents(0), other.config(), other.heartbeat("host-1")]
+        for cmd in commands:
+            for key in theirs:
+                reply = await _dryrun(admin, f"wm-{role}", _args(cmd, table[cmd], key))
+                if f"no permissions to access the '{key}' key" not in reply:
+                    problems.append((cmd, key, reply))
+    assert problems == []
+
+
+@pytest.mark.parametrize("role", list(ROLES))
 async def test_write_access_only_where_a_command_writes(admin: Redis, role: str) -> None:
     """Each kind a role's table gives read-write access has a command that needs it: with
     that kind's selectors made read-only, some granted command is refused there."""
