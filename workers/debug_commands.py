@@ -31,7 +31,7 @@ from signals.streams.replay import Materialised, iter_signals, materialise, trim
 from signals.streams.status import inspect
 from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
-from workers.display import signal_record
+from workers.display import body, field, literal, signal_record
 from workers.runtime import open_client
 
 __all__ = ("register",)
@@ -68,14 +68,14 @@ def _within(item: Materialised, low: Any, high: Any) -> bool:
 
 def _print_item(item: Materialised, previous: str | None) -> None:
     s = item.signal
-    _console.print(f"[bold]v{s.version}[/] {s.mode:8} {s.cache_key}  {len(s.contents.encode())} B  "
-                   f"~{approx_tokens(s.contents)} tok  write v{s.write_version}  {s.emitted_at or ''}")
+    _console.print(f"[bold]v{s.version}[/] {field(s.mode):8} {field(s.cache_key)}  {len(s.contents.encode())} B  "
+                   f"~{approx_tokens(s.contents)} tok  write v{s.write_version}  {field(s.emitted_at or '')}")
     if s.mode == "delta":
-        _console.print(s.contents, markup=False)
+        _console.print(body(s.contents), markup=False)
     elif previous is not None:
-        _console.print(unified_patch(previous, item.value) or "(same text as before)", markup=False)
+        _console.print(body(unified_patch(previous, item.value) or "(same text as before)"), markup=False)
     else:
-        _console.print(item.value, markup=False)
+        _console.print(body(item.value), markup=False)
 
 
 def _replay_items(signals: list[tuple[str, Signal]], verify: bool) -> Iterator[Materialised]:
@@ -113,8 +113,8 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
                 # a coalesced catch-up delta carries versions baseVersion+1..version
                 versions = f"v{d.version}" if d.base_version is None else f"v{d.base_version + 1}..{d.version}"
                 # the record's strings are data, never console markup (an export file is not checked)
-                _console.print(f"step {d.step}: {_literal(d.lane)} {versions} {d.mode} ({d.reason}) "
-                               f"{_literal(d.cache_key[:19])}… {_literal(d.at or '')}", markup=False)
+                _console.print(f"step {d.step}: {literal(d.lane)} {versions} {d.mode} ({d.reason}) "
+                               f"{literal(d.cache_key[:19])}… {literal(d.at or '')}", markup=False)
         return 0
     if not signals:
         raise InvalidInputError("no signals retained for that lane (check --namespace, --scope and the ids)")
@@ -160,7 +160,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         if trimmed is not None:
             print(_trimmed_note(trimmed, retention))
         if document is not None:
-            print(document)
+            print(body(document))
     return 0
 
 
@@ -244,8 +244,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         table = Table(title=f"namespace {settings.namespace}")
         for column in ("part", "stream", "pending", "lagging", "lanes", "dlq", "consumers:pending/idle"):
             table.add_column(column, justify="right" if column != "consumers" else "left")
-        for p in report.partitions:
-            consumers = ", ".join(f"{c.name}:{c.pending}/{c.idle_ms / 1000:.0f}s" for c in p.consumers)
+        for p in report.partitions:  # consumer and lane names are data: no markup in them
+            consumers = ", ".join(f"{field(c.name)}:{c.pending}/{c.idle_ms / 1000:.0f}s" for c in p.consumers)
             table.add_row(str(p.partition), str(p.stream_length), str(p.pending), str(p.lag), str(p.lanes),
                           str(p.dead_letters), consumers or "-")
         t = report.totals
@@ -253,7 +253,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                       str(t["dead_letters"]), "")
         _console.print(table)
         if report.busiest:
-            _console.print("busiest lanes (writes): " + ", ".join(f"{lane} ({n})" for lane, n in report.busiest))
+            busiest = ", ".join(f"{literal(lane)} ({n})" for lane, n in report.busiest)
+            _console.print(f"busiest lanes (writes): {busiest}", markup=False)
         return 0
 
     return run_async(main)
@@ -274,7 +275,7 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
             if args.action == "list":
                 for entry in await dlq.list():
                     print(f"{entry.id}  partition {entry.partition}  attempts {entry.letter.attempts}  "
-                          f"{entry.letter.error}")
+                          f"{literal(entry.letter.error)}")
             elif args.action == "show":
                 print(encode_json((await dlq.get(_need_id(args))).letter))
             elif args.action == "requeue":
@@ -293,9 +294,6 @@ def _need_id(args: argparse.Namespace) -> str:
     return str(args.id)
 
 
-def _literal(text: str) -> str:
-    """``text`` when it is printable, else its escaped form (no control character reaches the terminal)."""
-    return text if text.isprintable() else repr(text)[1:-1]
 
 
 def register(sub: Any) -> None:

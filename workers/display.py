@@ -1,19 +1,45 @@
-"""Terminal output of signals for the CLI (rich on a tty, plain text or JSON lines otherwise)."""
+"""Terminal output of signals for the CLI (rich on a tty, plain text or JSON lines otherwise).
+
+Everything shown comes from Redis or an export file, so none of it is trusted: a field
+printed inside console markup is escaped (:func:`field`: a lane named ``[/]`` is shown as
+itself, not parsed as a closing tag), and no control character but a document's newlines
+and tabs reaches the terminal (:func:`body`: an escape sequence in a document is shown as
+``\x1b``, not run by the terminal).
+"""
 
 from __future__ import annotations
 
+import re
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 from signals.core.codec import encode_json
 from signals.core.render import signal_markup
 from signals.core.tokens import approx_tokens
 from signals.streams.replay import Materialised
 
-__all__ = ("print_signal", "signal_record")
+__all__ = ("body", "field", "literal", "print_signal", "signal_record")
 
 _console = Console(highlight=False, soft_wrap=True)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def literal(text: str) -> str:
+    """``text`` when it is printable, else its escaped form (one line, no control character)."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def field(text: str) -> str:
+    """``text`` for a one-line field inside console markup: escaped, then markup-escaped."""
+    return escape(literal(text))
+
+
+def body(text: str) -> str:
+    """A document or patch for the terminal (printed with ``markup=False``): its newlines
+    and tabs kept, every other control character escaped."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def signal_record(item: Materialised) -> dict[str, object]:
@@ -33,6 +59,6 @@ def print_signal(item: Materialised, *, as_json: bool) -> None:
         sys.stdout.flush()
         return
     s = item.signal
-    _console.print(f"[bold]v{s.version}[/] {s.mode} {s.cache_key[:19]}… "
-                   f"{len(s.contents.encode())} B ~{approx_tokens(s.contents)} tok {s.emitted_at or ''}")
-    _console.print(signal_markup(s.contents, s.attributes), markup=False)
+    _console.print(f"[bold]v{s.version}[/] {field(s.mode)} {field(s.cache_key[:19])}… "
+                   f"{len(s.contents.encode())} B ~{approx_tokens(s.contents)} tok {field(s.emitted_at or '')}")
+    _console.print(body(signal_markup(s.contents, s.attributes)), markup=False)

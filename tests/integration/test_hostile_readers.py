@@ -359,3 +359,27 @@ async def test_a_malformed_delivery_log_entry_is_corrupt_data(
     with pytest.raises(CorruptDataError, match=f"{entry_id}.*cacheKey"):
         await log.view_at("t1", 2)
 
+
+
+async def test_the_cli_shows_data_as_text_never_as_markup_or_terminal_codes(
+    redis_server: RedisServer, redis: Redis, keys: Keys, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lane names, signal fields and documents come from tenants: ``inspect`` and ``replay``
+    print them as they are (a resource id ``[/]`` was parsed as a closing markup tag: exit 1
+    with MarkupError; ``[red]boss[/red]`` was shown styled), and an escape sequence in a
+    document is shown escaped, never sent to the terminal."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    async with running_workers(redis_server.url, keys, 1):
+        await store.replace("[/]", "# Notes\n- \x1b[31mred alert\x1b[0m")
+        await store.replace("[red]boss[/red]", "# Boss\n- tab\tkept")
+        await wait_caught_up(redis, keys)
+    forged = msgspec.structs.replace(_snapshot("r:stamped", 1, "# Stamped"), emitted_at="[/]")
+    await redis.xadd(keys.signals("r:stamped"), {FIELD: encode_json(forged)})
+    code, out, err = await _run_cli(capsys, "inspect", *_flags(redis_server, keys))
+    assert (code, err) == (0, "") and "r:[/] (1)" in out and "r:[red]boss[/red] (1)" in out
+    code, out, err = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--resource", "[/]")
+    assert (code, err) == (0, "") and "\\x1b[31mred alert\\x1b[0m" in out and "\x1b" not in out
+    code, out, _ = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--resource", "[red]boss[/red]")
+    assert code == 0 and "# Boss\n- tab" in out  # a tab stays white space (rich expands it)
+    code, out, err = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--resource", "stamped")
+    assert (code, err) == (0, "") and "[/]" in out
