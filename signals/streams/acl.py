@@ -92,7 +92,7 @@ SCRIPTS: Mapping[str, Script] = {
     # KEYS: doc, writes, idem (or doc), thread (or doc), lanes, docs
     "write": Script(("doc", "writes", "idem", "thread", "lanes", "docs"), {
         "doc": ("hmget", "hset", "hdel"), "writes": ("xadd",), "idem": ("get", "set"),
-        "thread": ("hget", "hset"), "lanes": ("sadd",), "docs": ("hset",)}),
+        "thread": ("hget", "hset"), "lanes": ("type", "sadd"), "docs": ("type", "hset")}),
     # KEYS: thread
     "thread": Script(("thread",), {"thread": ("hget", "hset")}),
     # KEYS: writes, then per lane: trk, sig, snaps (type-checked; mistyped ones deleted;

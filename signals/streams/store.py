@@ -374,6 +374,9 @@ class WorkingMemoryStore:
         """The error for a refused write script call (``None`` for a retryable conflict)."""
         if status == "corrupt":
             return CorruptDataError(f"{self.keys.doc(ref.lane)} field version is {detail[:40]!r}, not an integer")
+        if status == "type":  # refused before anything was written
+            return CorruptDataError(f"{detail} is a key of another type: nothing was written (an operator must "
+                                    "delete or repair it)")
         if status == "owner":
             return ThreadOwnerError(f"thread {ref.thread_id!r} belongs to resource {detail!r}, not {ref.resource_id!r}")
         if status == "format":

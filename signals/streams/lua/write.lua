@@ -18,23 +18,46 @@
 --       (or doc when no owner check here), 5 lanes set, 6 the partition's document index
 -- ARGV: 1 expected version, 2 new version, 3 data, 4 format, 5 event json,
 --       6 owner resource ('' = no check), 7 idempotency ttl s, 8 lane, 9 now iso, 10 scope
+-- Nothing is written until every check has passed, and no command that writes can fail
+-- then: Redis does not roll a script back, so a key of another type (a WRONGTYPE error half
+-- way) would leave the write half done. The keys read first are read with pcall (their
+-- error is the check); the lanes set and the document index are only written, so their
+-- types are checked. A key of another type is refused as {'type', key}, naming it.
+local function failed(reply)
+  return type(reply) == 'table' and reply.err ~= nil
+end
+local function mistyped(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  return t ~= 'none' and t ~= want
+end
 if KEYS[3] ~= KEYS[1] then
-  local prev = redis.call('GET', KEYS[3])
+  local prev = redis.pcall('GET', KEYS[3])
+  if failed(prev) then return {'type', KEYS[3]} end
   if prev then return {'dup', prev} end
 end
+local claim = false -- the thread's owner record, created once the write is sure
 if ARGV[6] ~= '' then
-  local owner = redis.call('HGET', KEYS[4], 'resource')
+  local owner = redis.pcall('HGET', KEYS[4], 'resource')
+  if failed(owner) then return {'type', KEYS[4]} end
   if owner and owner ~= ARGV[6] then return {'owner', owner} end
-  if not owner then redis.call('HSET', KEYS[4], 'resource', ARGV[6], 'createdAt', ARGV[9]) end
+  claim = not owner
 end
 local CHAIN_IDS = 128
 local BLOCK_BYTES = CHAIN_IDS / 2 * 16 -- ids of this time's length (13 digits, '-', a short sequence) and a space
-local cur = redis.call('HMGET', KEYS[1], 'version', 'format', 'eid', 'chain')
+local cur = redis.pcall('HMGET', KEYS[1], 'version', 'format', 'eid', 'chain')
+if failed(cur) then return {'type', KEYS[1]} end
 local version = tonumber(cur[1] or '0')
 if version == nil then return {'corrupt', cur[1]} end
 if version ~= tonumber(ARGV[1]) then return {'conflict', tostring(version)} end
 if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
-local id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[5], 'p', cur[3] or '')
+if mistyped(KEYS[5], 'set') then return {'type', KEYS[5]} end
+if mistyped(KEYS[6], 'hash') then return {'type', KEYS[6]} end
+local id = redis.pcall('XADD', KEYS[2], '*', 'e', ARGV[5], 'p', cur[3] or '')
+if failed(id) then
+  if string.find(id.err, 'WRONGTYPE', 1, true) then return {'type', KEYS[2]} end
+  return id -- the server's condition (out of memory above all), as it is: nothing was written
+end
+if claim then redis.call('HSET', KEYS[4], 'resource', ARGV[6], 'createdAt', ARGV[9]) end
 local last, chain = cur[3] or '', cur[4] or ''
 local older = nil -- a full block moving down to 'chain0'
 if last ~= '' and (chain == last or string.sub(chain, -#last - 1) == ' ' .. last) then
