@@ -15,10 +15,12 @@ Answers: ``/metrics`` in the Prometheus text format; ``/livez`` and ``/readyz`` 
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
@@ -26,12 +28,27 @@ from signals.errors import InvalidInputError
 from workers.health import Board
 from workers.metrics import MetricsCollector, version
 
-__all__ = ("OpsServer",)
+__all__ = ("REQUEST_TIMEOUT_S", "OpsServer")
+
+log = structlog.get_logger(__name__)
+
+
+#: Seconds a connection may take to send its request (or to read the answer) before it
+#: is closed: without it each idle connection held a thread and a descriptor for good, and
+#: a few hundred of them made the probes time out for everyone.
+REQUEST_TIMEOUT_S = 5.0
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away or timed out is not an error of the worker: the standard
+        library printed a traceback to stderr, in the middle of the JSON log."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, (ConnectionError, TimeoutError)):
+            log.warning("ops.request_failed", client=str(client_address), error=repr(error))
 
 
 class _Server6(_Server):
@@ -53,6 +70,8 @@ class OpsServer:
         ops = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = REQUEST_TIMEOUT_S
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from workers import ops_server
 from workers.commit import BatchStats
 from workers.health import Board, liveness_bound
 from workers.metrics import Layout, MetricsCollector, WorkerMetrics, dead_letter_reason
@@ -144,3 +148,35 @@ def test_progress_is_the_least_recent_loop_and_a_stop_restarts_the_clock() -> No
     m.unmark("a")
     m.unmark("b")
     assert m.progress() > 20.0
+
+
+def test_ops_server_closes_idle_connections_and_keeps_stderr_clean(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A connection that never finishes its request is closed after the request timeout
+    (each used to hold a thread and a descriptor for good: a few hundred made the probes
+    time out), the probes keep answering meanwhile, and a client that leaves early prints
+    no traceback into the log stream."""
+    monkeypatch.setattr(ops_server, "REQUEST_TIMEOUT_S", 0.3)
+    board = Board(1, Layout(1))
+    now = time.monotonic()
+    board.write(0, now, 0, now, [0.0] * Layout(1).size)
+    server = ops_server.OpsServer("127.0.0.1", 0, board, live_bound_s=30, ready_max_age_s=10).start()
+    try:
+        idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(20)]
+        for sock in idle:
+            sock.sendall(b"GET /livez HTTP/1.1\r\n")  # and never the blank line
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/livez", timeout=5) as reply:
+            assert reply.status == 200
+        for sock in idle:
+            assert sock.recv(1024) == b""  # closed by the server, not by this test's timeout
+            sock.close()
+        for _ in range(5):  # ask, then go before the answer
+            rude = socket.create_connection(("127.0.0.1", server.port))
+            rude.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            rude.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            rude.close()
+        time.sleep(0.5)
+    finally:
+        server.stop()
+    assert "Traceback" not in capfd.readouterr().err
