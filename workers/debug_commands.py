@@ -274,8 +274,9 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
             dlq = DeadLetters(redis, settings.keys())
             if args.action == "list":
                 for entry in await dlq.list():
-                    print(f"{entry.id}  partition {entry.partition}  attempts {entry.letter.attempts}  "
-                          f"{literal(entry.letter.error)}")
+                    what = (f"attempts {entry.letter.attempts}  {literal(entry.letter.error)}" if entry.letter
+                            else literal(entry.problem or ""))
+                    print(f"{entry.id}  partition {entry.partition}  {what}")
             elif args.action == "show":
                 print(encode_json((await dlq.get(_need_id(args))).letter))
             elif args.action == "requeue":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 from redis import exceptions as redis_exc
@@ -19,11 +20,14 @@ __all__ = ("DeadLetterEntry", "DeadLetters")
 
 @dataclass(frozen=True, slots=True)
 class DeadLetterEntry:
-    """A dead letter with where it lives."""
+    """A dead letter with where it lives; ``letter`` is ``None`` for an entry of the
+    dead-letter stream that is not one (then ``problem`` says why: it can still be dropped
+    by its id)."""
 
     partition: int
     id: str
-    letter: DeadLetter
+    letter: DeadLetter | None
+    problem: str | None = None
 
 
 class DeadLetters:
@@ -35,15 +39,17 @@ class DeadLetters:
         self._requeue = redis.register_script(lua("requeue"))
 
     async def list(self, *, limit: int = 1000) -> list[DeadLetterEntry]:
-        """Dead letters of every partition, oldest first per partition."""
+        """Dead letters of every partition, oldest first per partition; an entry that does
+        not decode is listed too, with ``letter=None`` and the problem (it used to be left
+        out, so the operator never saw the id that ``drop`` needs)."""
         out: list[DeadLetterEntry] = []
         for partition in range(self.keys.partitions):
             for entry_id, fields in await xrange(self.redis, self.keys.dead_letters(partition), count=limit):
                 try:
-                    letter = decode_dead_letter(fields[FIELD])
-                except (KeyError, msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                out.append(DeadLetterEntry(partition, entry_id, letter))
+                    out.append(DeadLetterEntry(partition, entry_id, decode_dead_letter(fields[FIELD])))
+                except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as e:
+                    problem = f"no {FIELD} field" if isinstance(e, KeyError) else str(e)
+                    out.append(DeadLetterEntry(partition, entry_id, None, f"not a dead letter: {problem}"))
         return out[:limit]
 
     async def _find(self, dead_letter_id: str) -> tuple[int, str, dict[str, str]]:
@@ -85,7 +91,8 @@ class DeadLetters:
             InvalidInputError: no such dead letter (already requeued or dropped).
         """
         entry = await self.get(dead_letter_id)
-        pairs = [x for kv in entry.letter.fields.items() for x in kv]
+        letter = cast(DeadLetter, entry.letter)  # get() refuses an entry that is not a dead letter
+        pairs = [x for kv in letter.fields.items() for x in kv]
         if not pairs:
             raise InvalidInputError(f"dead letter {dead_letter_id!r} holds no event fields to requeue")
         new_id = await self._requeue(keys=[self.keys.dead_letters(entry.partition),

@@ -174,6 +174,24 @@ def test_dlq_cli_lists_and_drops(redis_server: RedisServer, keys: Keys, capsys: 
     assert code == 2 and "no dead letter" in err
 
 
+def test_dlq_list_shows_entries_that_are_not_dead_letters(redis_server: RedisServer, keys: Keys,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """An entry of a dead-letter stream that does not decode is listed with its id and what
+    is wrong (it was left out, so the id ``dlq drop`` needs was never shown), and drops."""
+
+    async def junk() -> str:
+        redis = connect(redis_server.url)
+        entry_id = str(await redis.xadd(keys.dead_letters(1), {"x": "not a dead letter"}))
+        await redis.aclose()
+        return entry_id
+
+    entry_id = anyio.run(junk)
+    code, out, _ = _cli(capsys, "dlq", *_flags(redis_server, keys), "list")
+    assert code == 0 and out.startswith(f"{entry_id}  partition 1  not a dead letter: no {FIELD} field")
+    assert _cli(capsys, "dlq", *_flags(redis_server, keys), "drop", entry_id)[0] == 0
+    assert _cli(capsys, "dlq", *_flags(redis_server, keys), "list")[1] == ""
+
+
 def test_inspect_reports_partitions(redis_server: RedisServer, keys: Keys, capsys: pytest.CaptureFixture[str]) -> None:
     """``inspect --json`` reports lanes, lag and consumers per partition."""
     anyio.run(_history, redis_server.url, keys, 5)
