@@ -89,7 +89,7 @@ async def serve_one(settings: Settings, *, name: str, board: Board, slot: int, s
     from workers.supervisor import run_worker  # noqa: PLC0415 - keeps CLI start-up light
 
     tune_gc()
-    async with open_client(settings) as redis:
+    async with open_client(settings, check=False) as redis:
         monitor = Monitor(redis, settings.keys(), board=board, slot=slot, interval_s=settings.health_interval_s,
                           heartbeat_ttl_s=settings.heartbeat_ttl_s,
                           bound_s=liveness_bound(settings.liveness_s, settings.block_ms),
@@ -205,7 +205,7 @@ def run_check(settings: Settings) -> int:
     instance = heartbeat_instance(settings.consumer_name)
 
     async def main() -> str | None:
-        async with open_client(settings) as redis:
+        async with open_client(settings, check=False) as redis:
             return await check_heartbeat(redis, settings.keys(), instance)
 
     try:

@@ -20,6 +20,7 @@ from redis import exceptions as redis_exc
 
 from signals.errors import RedisBusyError, RedisUnavailableError
 from signals.streams.client import Client, connect, redact_url
+from signals.streams.namespace import check_namespace
 from workers.embedded import RedisServer
 from workers.settings import Settings
 
@@ -87,8 +88,13 @@ async def _connect(settings: Settings) -> AsyncIterator[tuple[Client, str]]:
 
 
 @asynccontextmanager
-async def open_client(settings: Settings) -> AsyncIterator[Client]:
+async def open_client(settings: Settings, *, check: bool = True) -> AsyncIterator[Client]:
     """The command's Redis client, built from ``settings``, closed (shielded) at exit.
+
+    With ``check`` (a CLI command), the namespace's stored partition count is checked
+    first, without recording one: a command started with another count would read the
+    wrong partitions and report nothing there (:class:`~signals.errors.NamespaceMismatchError`,
+    exit 2). Worker processes check it themselves, backing off while Redis is away.
 
     Starts an embedded server when no URL (and no Sentinel) is configured; through
     Sentinel with ``settings.sentinel`` (:mod:`workers.connection`); applies the TLS settings
@@ -106,6 +112,8 @@ async def open_client(settings: Settings) -> AsyncIterator[Client]:
                         detail="the server's certificate is NOT verified: anyone on the network path can "
                                "impersonate Redis (tls_insecure_skip_verify)")
         try:
+            if check:
+                await check_namespace(client, settings.keys(), record=False)
             yield client
         except RedisBusyError:
             raise

@@ -15,15 +15,17 @@ from typing import cast
 
 from redis import exceptions as redis_exc
 
-from signals.errors import CorruptDataError, NamespaceMismatchError
+from signals.errors import CorruptDataError, NamespaceMismatchError, RedisUnavailableError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 
-__all__ = ("check_namespace",)
+__all__ = ("NamespaceCheck", "check_namespace")
 
 
-async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> None:
-    """Check (and with ``record``, first record) the namespace's shared settings.
+async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> bool:
+    """Check (and with ``record``, first record) the namespace's shared settings; returns
+    whether they are stored (``False``: a namespace nothing has written or worked in yet,
+    checked without ``record``).
 
     Raises:
         NamespaceMismatchError: the stored partition count differs from ``keys.partitions``.
@@ -40,7 +42,7 @@ async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> 
             raise
         raise CorruptDataError(f"{key} is not a hash: the namespace's settings cannot be read") from e
     if stored is None:
-        return
+        return False
     if not stored.isdigit() or not 1 <= int(stored) <= 4096:
         raise CorruptDataError(f"{key} field partitions is {stored[:40]!r}, not a partition count")
     if int(stored) != keys.partitions:
@@ -48,3 +50,31 @@ async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> 
             f"namespace {keys.namespace!r} uses {stored} partitions, this process was started with "
             f"{keys.partitions}: start it with --partitions {stored} (WM_SIGNALS_PARTITIONS)"
         )
+    return True
+
+
+class NamespaceCheck:
+    """The check of one client's namespace, made until it has found the settings stored:
+    the first write, read or commit of a store or a subscription pays one ``HGET``; a
+    reader of a namespace nothing has written yet checks again next time (a reader never
+    records: it may not write, and a namespace is set up by its first writer or worker).
+    """
+
+    def __init__(self, redis: Client, keys: Keys) -> None:
+        self._redis, self._keys = redis, keys
+        self._done = False
+
+    async def __call__(self, *, record: bool) -> None:
+        """Check (see :func:`check_namespace`), once it passed with the settings stored.
+
+        Raises:
+            NamespaceMismatchError: the stored partition count differs from this client's.
+            CorruptDataError: the stored value is not a partition count.
+            RedisUnavailableError: Redis cannot be reached.
+        """
+        if self._done:
+            return
+        try:
+            self._done = await check_namespace(self._redis, self._keys, record=record)
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"reading {self._keys.config()}: {e}") from e

@@ -45,7 +45,7 @@ from signals.streams.backoff import full_jitter
 from signals.streams.client import Client, connect, lua, now_iso
 from signals.streams.durability import Durability, confirm_key, write_and_wait
 from signals.streams.keys import Keys, lane_id, validate_id
-from signals.streams.namespace import check_namespace
+from signals.streams.namespace import NamespaceCheck
 
 __all__ = ("Document", "LaneRef", "WorkingMemoryStore")
 
@@ -113,7 +113,7 @@ class WorkingMemoryStore:
         self._write = redis.register_script(lua("write"))
         self._known: LRU[str, Document] = LRU(cache_size)  # this client's own reads and writes
         self._thread = redis.register_script(lua("thread"))
-        self._namespace_checked = False
+        self._namespace = NamespaceCheck(redis, self.keys)
         self.durability = durability
 
     @property
@@ -152,6 +152,7 @@ class WorkingMemoryStore:
     ) -> Document | None:
         """The stored document, or ``None`` when the lane has none."""
         ref = self.ref(resource_id, thread_id, scope)
+        await self._check_namespace(record=False)
         return await self._read(ref.lane)
 
     async def _read(self, lane: str) -> Document | None:
@@ -251,16 +252,12 @@ class WorkingMemoryStore:
             op=op,
         )
 
-    async def _check_namespace(self) -> None:
-        """Record or check the namespace's partition count once per store (see
-        :mod:`signals.streams.namespace`): a writer whose count differs from the workers' would
-        append events no worker reads."""
-        if not self._namespace_checked:
-            try:
-                await check_namespace(self.redis, self.keys)
-            except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-                raise RedisUnavailableError(f"reading {self.keys.config()}: {e}") from e
-            self._namespace_checked = True
+    async def _check_namespace(self, *, record: bool = True) -> None:
+        """Record (writes) or check (reads) the namespace's partition count (see
+        :mod:`signals.streams.namespace`): a writer whose count differs from the workers'
+        would append events no worker reads, and a reader would look for lanes in the
+        wrong partitions and find nothing."""
+        await self._namespace(record=record and not self.read_only)
 
     def _check_writable(self) -> None:
         if self.read_only:

@@ -52,6 +52,7 @@ from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailable
 from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.keys import Keys
+from signals.streams.namespace import NamespaceCheck
 from signals.streams.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
 
 __all__ = ("Subscription",)
@@ -92,6 +93,7 @@ class Subscription:
         self.reconnect_timeout_s = reconnect_timeout_s
         self.signer = signer
         self.last_id = "0-0"
+        self._namespace = NamespaceCheck(redis, keys)  # a count that differs would tail the wrong stream
         self.version = 0
         self.value: str | None = None
 
@@ -119,6 +121,7 @@ class Subscription:
         Returns the signals delivered, only those above the version already held (a
         re-bootstrap never repeats a version).
         """
+        await self._namespace(record=False)
         have = self.version
         starts = ["-"] if from_start else list(dict.fromkeys((await self._last_snapshot_id(), "-")))
         items: list[Materialised] = []
@@ -153,6 +156,7 @@ class Subscription:
 
     async def poll(self, block_ms: int | None = None) -> list[Materialised]:
         """Signals after the last one seen (waiting up to ``block_ms`` when given)."""
+        await self._namespace(record=False)
         try:
             entries = await xread_entries(self.redis, self.keys.signals(self.lane), self.last_id,
                                           count=self.count, block=block_ms)

@@ -238,6 +238,31 @@ async def test_partition_count_is_stored_once_and_a_mismatch_refuses_to_start(
     assert "uses 16 partitions" in worker.stderr and len(worker.stderr.strip().splitlines()) == 1
 
 
+async def test_read_paths_refuse_a_partition_count_that_is_not_the_namespaces(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A reader started with another partition count looked for lanes in the wrong
+    partitions and reported nothing (``get``: no working memory, ``inspect``: one lane,
+    ``dlq list``: empty, ``subscribe`` waited on the wrong stream; found by an attack run):
+    the store's reads, a subscription and every CLI command check the stored count first,
+    and a reader of a namespace nothing has written yet is not refused (nor does it record)."""
+    right, wrong = Keys(keys.namespace, 16), Keys(keys.namespace, 4)
+    fresh = Keys(keys.namespace + "x", 4)
+    assert await WorkingMemoryStore(redis, keys=fresh).get("nobody") is None
+    assert await redis.exists(fresh.config()) == 0
+    await WorkingMemoryStore(redis, keys=right).replace("p", "# partitions")
+    with pytest.raises(NamespaceMismatchError, match="uses 16 partitions"):
+        await WorkingMemoryStore(redis, keys=wrong).get("p")
+    with pytest.raises(NamespaceMismatchError, match="uses 16 partitions"):
+        await Subscription(redis, wrong, "r:p").bootstrap()
+    flags = ["--redis-url", redis_server.url, "--namespace", keys.namespace, "--partitions", "4"]
+    for command in (["get", "--resource", "p"], ["inspect"], ["dlq", "list"], ["replay", "--resource", "p"],
+                    ["subscribe", "--resource", "p", "--count", "1", "--timeout", "1"]):
+        done = await anyio.to_thread.run_sync(lambda c=command: subprocess.run(
+            [sys.executable, "-m", "workers", *c, *flags], capture_output=True, text=True, timeout=60, check=False))
+        assert done.returncode == 2 and "uses 16 partitions" in done.stderr, (command, done.stderr)
+
+
 async def test_snapshot_after_a_forged_tail_is_numbered_past_it(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
