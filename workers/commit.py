@@ -323,7 +323,16 @@ def event_chain(
 
 def _off_chain(entry: Pending, doc: LaneDocument, complete: bool, genuine_versions: set[int]) -> str | None:
     """Why an event that is not on the lane's chain is a forgery, or ``None`` when it
-    cannot be told (it is then acknowledged without a signal of its own)."""
+    cannot be told (it is then acknowledged without a signal of its own, and the lane
+    catches up to its document).
+
+    An event put back by ``dlq requeue`` is off the chain by construction (its id is new):
+    it is the operator's request to bring the lane up to its document, whose own text is
+    what gets signalled, never the event's. (A forged event marked as requeued gains
+    nothing: it can only make a worker signal the genuine document.)
+    """
+    if entry.requeued:
+        return None
     version = entry.event.version
     if doc.eid and version == doc.version:
         return f"poison: not the write event of version {version} (that is {doc.eid}): not on the lane's chain"

@@ -164,13 +164,13 @@ class Consumer(GroupReader):
                 await self.redis.xack(stream, GROUP, entry_id)
                 continue
             try:
-                event, prev = self._events.decode(fields, partition)
+                event, prev, requeued = self._events.decode(fields, partition)
             except (KeyError, ValueError, TypeError, WmSignalsError, msgspec.DecodeError,
                     msgspec.ValidationError) as e:
                 stats.dead_letters += await self._dead.send(partition, entry_id, printable(fields),
                                                             f"poison: {text(e)}", 1)
                 continue
-            entries.append(Pending(partition, entry_id, event, prev))
+            entries.append(Pending(partition, entry_id, event, prev, requeued))
         force: dict[str, str] = {}
         for _ in range(_MAX_RECOMPUTE):
             if not entries:

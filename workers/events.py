@@ -21,6 +21,8 @@ __all__ = ("MAX_EVENT_CHARS", "PREV_FIELD", "EventDecoder", "printable", "text")
 MAX_EVENT_CHARS = 4 * 1024 * 1024
 #: The write-event field naming the lane's previous event (set by the write script).
 PREV_FIELD = "p"
+#: The field of an event put back by ``dlq requeue`` (requeue.lua): the dead letter's id.
+REQUEUED_FIELD = "r"
 _LANE_PREFIX = {"resource": "r:", "thread": "t:"}
 
 
@@ -33,10 +35,11 @@ class EventDecoder:
         self.capacity = capacity
         self._lanes: dict[str, int] = {}  # lane -> its partition, for lanes whose id passed validate_id
 
-    def decode(self, fields: dict[str, str], partition: int) -> tuple[WriteEvent, str | None]:
-        """The event of one entry read from ``partition``'s stream, and its chain link (the
-        previous event's id, if any); raises ``KeyError``, ``ValueError``, ``TypeError``,
-        msgspec's errors or a ``WmSignalsError`` on poison."""
+    def decode(self, fields: dict[str, str], partition: int) -> tuple[WriteEvent, str | None, bool]:
+        """The event of one entry read from ``partition``'s stream, its chain link (the
+        previous event's id, if any) and whether ``dlq requeue`` put it back; raises
+        ``KeyError``, ``ValueError``, ``TypeError``, msgspec's errors or a
+        ``WmSignalsError`` on poison."""
         raw = fields[FIELD]
         if len(raw) > MAX_EVENT_CHARS:  # bounded work: an honest event holds one document
             raise ValueError(f"the event is {len(raw):,} characters, over {MAX_EVENT_CHARS:,}")
@@ -56,7 +59,7 @@ class EventDecoder:
             if len(self._lanes) >= self.capacity:
                 self._lanes.clear()
             self._lanes[event.lane] = partition
-        return event, prev
+        return event, prev, REQUEUED_FIELD in fields
 
 
 def printable(fields: dict[str, str]) -> dict[str, str]:

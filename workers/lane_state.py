@@ -57,13 +57,15 @@ class Pending:
     """One write event read from a partition stream, decoded and checked on its own.
 
     ``prev`` is the id of the lane's previous write event as the write script recorded it
-    (field ``p``; ``None`` for events written before chains existed).
+    (field ``p``; ``None`` for events written before chains existed). ``requeued``: put
+    back by ``dlq requeue`` (off the chain by construction: see :func:`workers.commit.plan_lane`).
     """
 
     partition: int
     entry_id: str
     event: WriteEvent
     prev: str | None = None
+    requeued: bool = False
 
 
 @dataclass(slots=True)

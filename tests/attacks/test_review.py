@@ -24,7 +24,7 @@ async def _pendings(consumer: Consumer, redis: Redis, keys: Keys, lane: str) -> 
     partition = keys.partition(lane)
     out = []
     for entry_id, fields in await redis.xrange(keys.writes(partition)):
-        event, prev = consumer._events.decode(fields, partition)
+        event, prev, _ = consumer._events.decode(fields, partition)
         if event.lane == lane:
             out.append(Pending(partition, entry_id, event, prev))
     return out

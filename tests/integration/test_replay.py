@@ -149,6 +149,34 @@ def test_dead_letter_requeue_is_processed_once(redis_server: RedisServer, keys: 
     assert len(errors) == 1 and "no dead letter" in errors[0]
 
 
+@pytest.mark.anyio
+async def test_a_requeued_genuine_write_gets_its_lane_signalled(redis_server: RedisServer, keys: Keys) -> None:
+    """A genuine write dead-lettered for a fault of its lane (a thread record of another
+    type), then requeued once the operator repaired the record, gets the lane signalled at
+    its document's version. The requeued copy has a new id, so it is not on the lane's chain
+    of writes: it used to be dead-lettered again as a forgery, and the lane kept no signal."""
+    redis = connect(redis_server.url)
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("bob", "# Plan\n- v1", thread_id="t1", scope="thread")
+    record = await redis.hgetall(keys.thread("t1"))
+    await redis.delete(keys.thread("t1"))
+    await redis.set(keys.thread("t1"), "junk")
+    dlq = DeadLetters(redis, keys)
+    async with running_workers(redis_server.url, keys, 1):
+        with anyio.fail_after(10):
+            while not await dlq.list():
+                await anyio.sleep(0.05)
+        await redis.delete(keys.thread("t1"))
+        await redis.hset(keys.thread("t1"), mapping=record)
+        (entry,) = await dlq.list()
+        await dlq.requeue(entry.id)
+        await wait_caught_up(redis, keys)
+    signals = await read_signals(redis, keys, "t:t1")
+    assert await dlq.list() == []
+    assert [(s.version, s.mode, s.value) for _, s in signals] == [(1, "snapshot", "# Plan\n- v1")]
+    await redis.aclose()
+
+
 def test_dlq_cli_lists_and_drops(redis_server: RedisServer, keys: Keys, capsys: pytest.CaptureFixture[str]) -> None:
     """``dlq list`` shows a poison event with its reason; ``dlq drop`` removes it."""
 
