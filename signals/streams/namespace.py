@@ -15,7 +15,7 @@ from typing import cast
 
 from redis import exceptions as redis_exc
 
-from signals.errors import CorruptDataError, NamespaceMismatchError, RedisUnavailableError
+from signals.errors import CorruptDataError, NamespaceMismatchError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 
@@ -70,11 +70,8 @@ class NamespaceCheck:
         Raises:
             NamespaceMismatchError: the stored partition count differs from this client's.
             CorruptDataError: the stored value is not a partition count.
-            RedisUnavailableError: Redis cannot be reached.
+            redis.exceptions.ConnectionError: as the caller's own commands would (a
+                subscription reconnects on it; the store translates it).
         """
-        if self._done:
-            return
-        try:
+        if not self._done:
             self._done = await check_namespace(self._redis, self._keys, record=record)
-        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-            raise RedisUnavailableError(f"reading {self._keys.config()}: {e}") from e

@@ -257,7 +257,10 @@ class WorkingMemoryStore:
         :mod:`signals.streams.namespace`): a writer whose count differs from the workers'
         would append events no worker reads, and a reader would look for lanes in the
         wrong partitions and find nothing."""
-        await self._namespace(record=record and not self.read_only)
+        try:
+            await self._namespace(record=record and not self.read_only)
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"reading {self.keys.config()}: {e}") from e
 
     def _check_writable(self) -> None:
         if self.read_only:
