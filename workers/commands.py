@@ -268,13 +268,24 @@ def _waiting_note(items: list[Any], args: argparse.Namespace) -> str:
 
 
 def _timeout(text: str) -> float:
-    """``subscribe --timeout``: seconds, more than 0."""
+    """``subscribe --timeout``: seconds, more than 0 and less than 10**9."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0 < value < 10**9:
-        raise argparse.ArgumentTypeError(f"--timeout takes a number of seconds above 0, not {text!r}")
+        raise argparse.ArgumentTypeError(f"--timeout takes a number of seconds above 0 and below 10**9, not {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    """``subscribe --count``: a number of signals, at least 1 (0 tailed forever, -1 printed one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--count takes a number of signals of at least 1, not {text!r}")
     return value
 
 
@@ -321,7 +332,7 @@ def register(sub: Any) -> None:
     subscribe.add_argument("--from-start", action="store_true",
                            help="begin at the oldest retained snapshot (the workers keep at least retain_signals "
                                 "signals per lane, trimmed at snapshot boundaries), not the latest one")
-    subscribe.add_argument("--count", type=int,
+    subscribe.add_argument("--count", type=_count,
                            help="exit after N signals (a note on stderr says when the retained ones are delivered "
                                 "and it waits for new writes)")
     subscribe.add_argument("--timeout", type=_timeout, metavar="SECONDS",

@@ -142,6 +142,12 @@ class WindowTracker:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _sent: int = 0  # the highest version delivered into this window so far
 
+    def __post_init__(self) -> None:
+        if self.coalesce not in (None, True, False):  # a string such as "false" is truthy
+            raise InvalidInputError(f"coalesce is True, False or None, not {self.coalesce!r}")
+        if not callable(self.count_tokens):
+            raise InvalidInputError(f"count_tokens is a function of a text, not {self.count_tokens!r}")
+
     def offer(self, signal: Signal, value: str) -> None:
         """Make a lane signal (with the full text after it) known to the tracker."""
         if signal.version <= 0:

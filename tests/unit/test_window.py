@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from signals.core.models import Attributes, WriteEvent
 from signals.core.processor import Policy
 from signals.core.render import anthropic_message, render_markup
 from signals.core.window import Injection, StepResult, WindowTracker, trim_window
+from signals.errors import InvalidInputError
 
 BASE = [f"- fact {i}: a line long enough that a delta is smaller than the snapshot" for i in range(8)]
 
@@ -347,3 +349,13 @@ def test_generated_histories_keep_the_invariant(history: dict[str, Any]) -> None
             held = held[which % len(held):]
         elif trim == "any" and held:
             del held[which % len(held)]
+
+
+def test_tracker_options_are_checked_when_it_is_built() -> None:
+    """``coalesce="false"`` was accepted and coalesced (a string is truthy), and
+    ``count_tokens=None`` failed with a bare TypeError at the first burst."""
+    with pytest.raises(InvalidInputError, match="coalesce is True, False or None"):
+        WindowTracker("r:u", coalesce="false")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="count_tokens is a function"):
+        WindowTracker("r:u", count_tokens=None)  # type: ignore[arg-type]
+
