@@ -89,12 +89,17 @@ class DeliveryLog:
         return records
 
     async def read(self, thread_id: str, *, from_step: int = 0, to_step: int | None = None) -> list[Delivery]:
-        """The thread's retained deliveries in order, optionally within a step range.
+        """The thread's retained deliveries in order, optionally within a step range, each
+        checked as :meth:`view_at` checks them (see :func:`_rebuilt`).
 
         Raises:
-            CorruptDataError: an entry is not a delivery record of this thread (names it).
+            CorruptDataError: an entry is not a delivery record of this thread, or its text
+                does not rebuild or does not match its cacheKey (names it).
         """
-        return [record for _, record in await self._entries(thread_id, from_step, to_step)]
+        stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
+        records = await self._entries(thread_id, to_step=to_step)
+        _rebuilt(stream, records)
+        return [record for _, record in records if record.step >= from_step]
 
     async def _entries(self, thread_id: str, from_step: int = 0,
                        to_step: int | None = None) -> list[tuple[str, Delivery]]:
@@ -128,26 +133,62 @@ class DeliveryLog:
         """
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
         records = await self._entries(thread_id, to_step=step)
+        texts, checked = _rebuilt(stream, records)
         snapshot = max((i for i, (_, r) in enumerate(records) if r.mode == "snapshot"), default=None)
         if snapshot is None:
             return None
-        texts = _earlier_texts(records[:snapshot])
         chain = records[snapshot:]
-        text, version = chain[0][1].contents, chain[0][1].version
-        _check_key(stream, chain[0][0], chain[0][1], text)
-        texts[version] = text
+        version = chain[0][1].version
         for entry_id, record in chain[1:]:
-            if record.version <= version:
+            if entry_id not in checked:  # after a snapshot every record can be checked
+                raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
+                                       f"applies to version {_base(record)}, which no earlier record rebuilds")
+            if record.version <= version:  # a re-delivery (checked like every record)
                 continue
-            base = record.version - 1 if record.base_version is None else record.base_version
+            base = _base(record)
             if not (base == version or (record.base_version is not None and base < version and base in texts)):
                 raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
                                        f"(applies to {base}) follows version {version}")
-            text = _apply(stream, entry_id, record, texts[base])
-            _check_key(stream, entry_id, record, text)
-            texts[record.version] = text
             version = record.version
-        return ModelView(step, version, text, tuple(r for _, r in chain))
+        return ModelView(step, version, texts[version], tuple(r for _, r in chain))
+
+
+def _base(record: Delivery) -> int:
+    """The version a delta applies to (a coalesced one names it)."""
+    return record.version - 1 if record.base_version is None else record.base_version
+
+
+def _rebuilt(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[int, str], set[str]]:
+    """Check every record of a log (oldest first); return the texts they rebuild, by
+    version, and the ids of the records checked. A snapshot's text must match its
+    cacheKey; a delta must apply to the text of the version it names and give its
+    cacheKey's text, re-deliveries included (one of a version already seen was taken as it
+    was, unchecked: a forged record could sit in the chain). A delta whose base no earlier
+    record rebuilds is refused, unless that base is older than the log's first snapshot
+    (retention trimmed the records that rebuild it, or the window kept a chain from before
+    them): it cannot be checked, rebuilds nothing, and is left out of the ids.
+
+    Raises:
+        CorruptDataError: a text that does not match its cacheKey, a delta that does not
+            apply or whose base is unknown (names the entry).
+    """
+    texts: dict[int, str] = {}
+    checked: set[str] = set()
+    first = next((r.version for _, r in records if r.mode == "snapshot"), None)
+    for entry_id, record in records:
+        if record.mode == "snapshot":
+            text = record.contents
+        elif (base := _base(record)) in texts:
+            text = _apply(stream, entry_id, record, texts[base])
+        elif first is None or base < first:
+            continue
+        else:
+            raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
+                                   f"applies to version {base}, which no earlier record rebuilds")
+        _check_key(stream, entry_id, record, text)
+        texts[record.version] = text
+        checked.add(entry_id)
+    return texts, checked
 
 
 def _apply(stream: str, entry_id: str, record: Delivery, prior: str) -> str:
@@ -155,27 +196,6 @@ def _apply(stream: str, entry_id: str, record: Delivery, prior: str) -> str:
         return apply_delta(prior, record.contents, record.attributes.patch)
     except (InvalidInputError, RecursionError) as e:
         raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta does not apply: {e}") from e
-
-
-def _earlier_texts(records: list[tuple[str, Delivery]]) -> dict[int, str]:
-    """The texts the deliveries before the last snapshot rebuild, by version: the base a
-    coalesced delta after that snapshot may name (the window kept the older chain). Best
-    effort: a record that does not rebuild (its base trimmed away by retention) is left out,
-    and nothing from here is used unless a later record names it and its cacheKey matches."""
-    texts: dict[int, str] = {}
-    for _, record in records:
-        if record.mode == "snapshot":
-            text: str | None = record.contents
-        elif (base := record.version - 1 if record.base_version is None else record.base_version) in texts:
-            try:
-                text = apply_delta(texts[base], record.contents, record.attributes.patch)
-            except (InvalidInputError, RecursionError):
-                text = None
-        else:
-            text = None
-        if text is not None and cache_key(record.attributes.format, text) == record.cache_key:
-            texts[record.version] = text
-    return texts
 
 
 def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
