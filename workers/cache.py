@@ -49,15 +49,18 @@ class TrackingCache:
         """Drop a lane (its tracking moved under us)."""
         self._lru.discard(lane)
 
-    async def values_for(self, lanes: dict[str, tuple[int, str]]) -> dict[str, str]:
-        """The text at the given signal version of each lane, given as ``(version, tail id)``.
+    async def values_for(self, lanes: dict[str, tuple[int, str]]) -> tuple[dict[str, str], dict[str, int]]:
+        """The text at the given signal version of each lane, given as ``(version, tail id)``,
+        and the lanes whose tracking names its stream's last entry but at another version
+        than that signal's (lane -> the signal's version: the tracking's ``v`` is wrong).
 
-        A lane is left out when its text cannot be established from its stream (a junk
-        or foreign tail, a trimmed or deleted stream): the caller then emits a snapshot,
-        which needs no base. Nothing read is trusted: the last entry counts only if it is
-        the one the tracking names, decodes as a signal of this lane at that version.
+        A lane is left out of the texts when its text cannot be established from its stream
+        (a junk or foreign tail, a trimmed or deleted stream): the caller then emits a
+        snapshot, which needs no base. Nothing read is trusted: the last entry counts only
+        if it is the one the tracking names, decodes as a signal of this lane at that version.
         """
         out: dict[str, str] = {}
+        misnumbered: dict[str, int] = {}
         missing: list[tuple[str, int, str]] = []
         for lane, (version, tail) in lanes.items():
             if version == 0:
@@ -68,24 +71,26 @@ class TrackingCache:
             else:
                 missing.append((lane, version, tail))
         if missing:
-            for (lane, version, _), last in zip(missing, await self._last_values(missing), strict=True):
-                value = last if last is not None else await self._rebuild(lane, version)
+            for (lane, version, _), last in zip(missing, await self._last_signals(missing), strict=True):
+                if last is not None and last.version != version:
+                    misnumbered[lane] = last.version
+                    continue
+                value = last.value if last is not None else await self._rebuild(lane, version)
                 if value is not None:
                     out[lane] = value
-        return out
+        return out, misnumbered
 
-    async def _last_values(self, lanes: list[tuple[str, int, str]]) -> list[str | None]:
-        """Each lane's last signal ``value`` when that signal is the tracked one."""
+    async def _last_signals(self, lanes: list[tuple[str, int, str]]) -> list[Signal | None]:
+        """Each lane's last signal when it is the entry the tracking names (by id)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for lane, _, _ in lanes:
                 pipe.xrevrange(self.keys.signals(lane), count=1)
             replies = await pipe.execute(raise_on_error=False)
-        values: list[str | None] = []
-        for (lane, version, tail), entries in zip(lanes, replies, strict=True):
-            signal = _signal_of(lane, entries[0]) if isinstance(entries, list) and entries else None
-            ok = signal is not None and signal.version == version and entries[0][0] == tail
-            values.append(signal.value if ok and signal is not None else None)
-        return values
+        signals: list[Signal | None] = []
+        for (lane, _, tail), entries in zip(lanes, replies, strict=True):
+            named = isinstance(entries, list) and entries and entries[0][0] == tail
+            signals.append(_signal_of(lane, entries[0]) if named else None)
+        return signals
 
     async def _rebuild(self, lane: str, version: int) -> str | None:
         """The text at ``version``, materialised from the last snapshot at or before it;

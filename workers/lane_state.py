@@ -234,9 +234,12 @@ async def _base_values(cache: TrackingCache, states: dict[str, LaneState]) -> No
     needed = {lane: s.tracking for lane, s in states.items()
               if s.tracking is not None and s.tracking.value is None and s.doc is not None and not s.repair}
     if needed:
-        values = await cache.values_for({lane: (t.version, t.tail) for lane, t in needed.items()})
+        values, misnumbered = await cache.values_for({lane: (t.version, t.tail) for lane, t in needed.items()})
         for lane, tracking in needed.items():
-            states[lane].tracking = msgspec.structs.replace(tracking, value=values.get(lane))
+            version = misnumbered.get(lane, tracking.version)
+            if lane in misnumbered:  # the tail signal is the tracked one: its version is the lane's
+                states[lane].repair = f"the tracking's version {tracking.version} is not its tail signal's ({version})"
+            states[lane].tracking = msgspec.structs.replace(tracking, version=version, value=values.get(lane))
     for lane, state in states.items():
         if state.resnap and state.repair is None and state.tracking is not None:
             # the stream does not end where the tracking says: number the snapshot past

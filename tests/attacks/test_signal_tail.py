@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from signals.core.codec import FIELD, decode_signal
 from signals.streams.keys import Keys
+from signals.streams.replay import read_signals
 from signals.streams.store import WorkingMemoryStore
 from workers.consumer import Consumer, ConsumerOptions
 
@@ -145,3 +146,20 @@ async def test_a_foreign_entry_below_the_largest_id_leaves_the_lane_recoverable(
     assert not any(entry_id.startswith("18446744073709551615-") for entry_id, _ in entries)  # started again
     assert decode_signal(entries[0][1][FIELD]).mode == "snapshot"
     assert await redis.xlen(keys.dead_letters(keys.partition(LANE))) == 0
+
+
+@pytest.mark.parametrize("forged", [999_999, 2**53 - 1])
+async def test_a_tracking_version_that_is_not_its_tail_signals_is_repaired(redis: Redis, keys: Keys,
+                                                                           forged: int) -> None:
+    """The tracking names the stream's last entry, but its ``v`` is not that signal's
+    version: it was trusted, so the next signals were numbered after it (retention then
+    counted a gap, replay failed on 'follows version 3', and near 2**53 no later write could
+    reach the model; found by an attack run). The lane is repaired instead: a snapshot
+    numbered after the version its stream shows, and the history verifies."""
+    store, consumer = await _lane(redis, keys)
+    await redis.hset(keys.track(LANE), "v", str(forged))
+    mode, value = await _next_signal(redis, keys, store, consumer)
+    assert (mode, value) == ("snapshot", NEXT)
+    signals = await read_signals(redis, keys, LANE)  # raises VerifyError on a gap or a bad chain
+    assert [s.version for _, s in signals] == [1, 2, 3, 4]
+    assert await redis.hget(keys.track(LANE), "v") == "4"
