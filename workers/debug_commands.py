@@ -89,11 +89,17 @@ def _replay_items(signals: list[tuple[str, Signal]], verify: bool) -> Iterator[M
         yield from materialise(signals, verify=verify)
 
 
-def _trimmed_note(first: int, retention: Retention | None) -> str:
-    """The line saying where the retained history begins (and why older history is gone)."""
+def _trimmed_note(first: Signal, retention: Retention | None) -> str:
+    """The line saying where the retained history begins (and why older history is gone).
+
+    The workers trim only at snapshot boundaries; a history that begins with a delta was
+    cut by something else, and the line says so rather than promising a snapshot."""
     why = (f"retention: {retention.describe()}, if the workers share this process's retain_signals/retain_age"
            if retention is not None else "not in this export")
-    return f"history before version {first} was trimmed ({why}); the oldest retained signal is a snapshot"
+    if first.mode != "snapshot":
+        return (f"history before version {first.version} is gone ({why}), and the oldest retained signal is a "
+                "delta: the stream was cut below its snapshot by something other than the workers' retention")
+    return f"history before version {first.version} was trimmed ({why}); the oldest retained signal is a snapshot"
 
 
 def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery],
@@ -122,7 +128,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     trimmed = trimmed_before(signals)
     first_retained = signals[0][1].version
     if trimmed is not None and not args.json and not args.verify and args.at is None:
-        print(_trimmed_note(trimmed, retention), flush=True)
+        print(_trimmed_note(signals[0][1], retention), flush=True)
     previous: str | None = None
     found_at = None
     count = 0
@@ -158,7 +164,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         first = signals[0][1].version if signals else 0
         print(f"verified {count} signals (versions {first}..{first + count - 1}): chain and cacheKeys intact")
         if trimmed is not None:
-            print(_trimmed_note(trimmed, retention))
+            print(_trimmed_note(signals[0][1], retention))
         if document is not None:
             print(body(document))
     return 0

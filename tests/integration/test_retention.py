@@ -160,6 +160,22 @@ async def test_replay_says_where_the_retained_history_begins_and_verifies_from_t
     assert "verified 4 signals (versions 7..10)" in out and "history before version 7 was trimmed" in out
 
 
+async def test_replay_does_not_promise_a_snapshot_when_the_stream_was_cut_below_it(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A stream cut by something other than the workers (XTRIM MAXLEN) begins with a delta:
+    replay's first line says so instead of "the oldest retained signal is a snapshot" (which
+    it printed before failing on the delta; found by an attack run), and the replay fails
+    naming the delta with no snapshot before it."""
+    url = redis_server.url
+    await _write(url, redis, keys, [_doc(n) for n in range(5)], snapshot_every=100)
+    await redis.xtrim(keys.signals("r:u"), maxlen=2)
+    text = await anyio.run_process(_cli(url, keys, "replay", "--resource", "u"), cwd=ROOT, check=False)
+    first = text.stdout.decode().splitlines()[0]
+    assert first.startswith("history before version 4 is gone") and "the oldest retained signal is a delta" in first
+    assert text.returncode == 1 and b"no snapshot before it" in text.stderr
+
+
 async def test_subscribe_from_start_for_more_than_can_arrive_ends_at_its_timeout(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
