@@ -75,7 +75,9 @@ class TrackingCache:
                 if last is not None and last.version != version:
                     misnumbered[lane] = last.version
                     continue
-                value = last.value if last is not None else await self._rebuild(lane, version)
+                value = last.value if last is not None else None
+                if value is None:  # not the tracked signal, or a delta stored without it (omit_delta_value)
+                    value = await self._rebuild(lane, version)
                 if value is not None:
                     out[lane] = value
         return out, misnumbered
