@@ -14,6 +14,7 @@ Answers: ``/metrics`` in the Prometheus text format; ``/livez`` and ``/readyz`` 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
@@ -33,9 +34,10 @@ __all__ = ("REQUEST_TIMEOUT_S", "OpsServer")
 log = structlog.get_logger(__name__)
 
 
-#: Seconds a connection may take to send its request (or to read the answer) before it
-#: is closed: without it each idle connection held a thread and a descriptor for good, and
-#: a few hundred of them made the probes time out for everyone.
+#: Seconds a connection may take, request and answer together, before it is closed (a
+#: deadline for the whole exchange, not only for each read: a client sending a byte now and
+#: then would hold its thread otherwise). Without it each idle or slow connection held a
+#: thread and a descriptor for good, and a few hundred made the probes time out for everyone.
 REQUEST_TIMEOUT_S = 5.0
 
 
@@ -49,6 +51,28 @@ class _Server(ThreadingHTTPServer):
         error = sys.exc_info()[1]
         if not isinstance(error, (ConnectionError, TimeoutError)):
             log.warning("ops.request_failed", client=str(client_address), error=repr(error))
+
+
+class _DeadlineHandler(BaseHTTPRequestHandler):
+    """A request handler whose whole exchange must end within :data:`REQUEST_TIMEOUT_S`."""
+
+    timeout = REQUEST_TIMEOUT_S  # each read; the deadline (set up per connection) bounds them all
+
+    def setup(self) -> None:
+        super().setup()
+        self._deadline = threading.Timer(REQUEST_TIMEOUT_S, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut(self) -> None:
+        """Past the deadline: shut the socket, so the blocked read returns and the
+        handler's thread ends."""
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
 
 
 class _Server6(_Server):
@@ -69,9 +93,7 @@ class OpsServer:
         self.registry.register(MetricsCollector(lambda: (board.layout, board.vectors()), version()))
         ops = self
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = REQUEST_TIMEOUT_S
-
+        class Handler(_DeadlineHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":

@@ -155,8 +155,9 @@ def test_ops_server_closes_idle_connections_and_keeps_stderr_clean(
 ) -> None:
     """A connection that never finishes its request is closed after the request timeout
     (each used to hold a thread and a descriptor for good: a few hundred made the probes
-    time out), the probes keep answering meanwhile, and a client that leaves early prints
-    no traceback into the log stream."""
+    time out), so is one that trickles header lines (the timeout is a deadline for the
+    whole request, not for each read: a review caught it), the probes keep answering
+    meanwhile, and a client that leaves early prints no traceback into the log stream."""
     monkeypatch.setattr(ops_server, "REQUEST_TIMEOUT_S", 0.3)
     board = Board(1, Layout(1))
     now = time.monotonic()
@@ -171,6 +172,19 @@ def test_ops_server_closes_idle_connections_and_keeps_stderr_clean(
         for sock in idle:
             assert sock.recv(1024) == b""  # closed by the server, not by this test's timeout
             sock.close()
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=0.05)
+        slow.sendall(b"GET /livez HTTP/1.1\r\n")
+        started, closed = time.monotonic(), False
+        while not closed and time.monotonic() - started < 5:  # a header line every 0.1 s, never the end
+            try:
+                slow.sendall(b"X-Slow: yes\r\n")
+                closed = slow.recv(1024) == b""
+            except TimeoutError:
+                time.sleep(0.05)
+            except OSError:  # broken pipe, reset: closed by the server
+                closed = True
+        slow.close()
+        assert closed and time.monotonic() - started < 2  # the deadline bounds the whole request
         for _ in range(5):  # ask, then go before the answer
             rude = socket.create_connection(("127.0.0.1", server.port))
             rude.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
