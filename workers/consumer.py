@@ -48,7 +48,7 @@ from workers.chains import ChainLinks
 from workers.commit import BatchStats, LaneCommit, plan_lane, plan_steady, run_commits, steady_check, steady_document
 from workers.counters import METRICS
 from workers.dead_letters import DeadLetters
-from workers.events import EventDecoder, printable, text
+from workers.events import REQUEUED_FIELD, EventDecoder, printable, text
 from workers.lane_state import LaneState, Pending, load_documents, read_lanes, walk_chains
 from workers.reader import GroupReader, RawEntry
 
@@ -170,6 +170,9 @@ class Consumer(GroupReader):
                 stats.dead_letters += await self._dead.send(partition, entry_id, printable(fields),
                                                             f"poison: {text(e)}", 1)
                 continue
+            if requeued:  # the trace of an operator's requeue (or of a forgery marked as one)
+                log.info("worker.requeued_event", lane=event.lane, entry_id=entry_id,
+                         dead_letter=text(fields.get(REQUEUED_FIELD, ""))[:40])
             entries.append(Pending(partition, entry_id, event, prev, requeued))
         force: dict[str, str] = {}
         for _ in range(_MAX_RECOMPUTE):

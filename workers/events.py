@@ -15,7 +15,7 @@ from signals.core.lane import MAX_VERSION, is_stream_id
 from signals.core.models import WriteEvent
 from signals.streams.keys import Keys, validate_id
 
-__all__ = ("MAX_EVENT_CHARS", "PREV_FIELD", "EventDecoder", "printable", "text")
+__all__ = ("MAX_EVENT_CHARS", "PREV_FIELD", "REQUEUED_FIELD", "EventDecoder", "printable", "text")
 
 #: The largest write event decoded (an honest one holds one document, 64 KiB by default).
 MAX_EVENT_CHARS = 4 * 1024 * 1024
