@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -12,7 +13,7 @@ from signals.core.codec import FIELD, decode_dead_letter
 from signals.core.lane import is_stream_id
 from signals.core.models import DeadLetter
 from signals.errors import CorruptDataError, InvalidInputError
-from signals.streams.client import Client, lua, xrange
+from signals.streams.client import Client, Entry, lua, xrange
 from signals.streams.keys import Keys
 
 __all__ = ("DeadLetterEntry", "DeadLetters")
@@ -44,7 +45,7 @@ class DeadLetters:
         out, so the operator never saw the id that ``drop`` needs)."""
         out: list[DeadLetterEntry] = []
         for partition in range(self.keys.partitions):
-            for entry_id, fields in await xrange(self.redis, self.keys.dead_letters(partition), count=limit):
+            for entry_id, fields in await self._range(partition, count=limit):
                 try:
                     out.append(DeadLetterEntry(partition, entry_id, decode_dead_letter(fields[FIELD])))
                 except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -57,16 +58,22 @@ class DeadLetters:
         if not is_stream_id(dead_letter_id):
             raise InvalidInputError(f"dead letter id {dead_letter_id[:40]!r} is not a stream id (<ms>-<seq>)")
         for partition in range(self.keys.partitions):
-            key = self.keys.dead_letters(partition)
-            try:
-                entries = await xrange(self.redis, key, start=dead_letter_id, end=dead_letter_id)
-            except redis_exc.ResponseError as e:
-                if "WRONGTYPE" not in str(e):
-                    raise
-                raise CorruptDataError(f"{key} is not a stream") from e
+            entries = await self._range(partition, start=dead_letter_id, end=dead_letter_id)
             if entries:
                 return partition, entries[0][0], entries[0][1]
         raise InvalidInputError(f"no dead letter {dead_letter_id!r}")
+
+    async def _range(self, partition: int, *, start: str = "-", end: str = "+",
+                     count: int | None = None) -> Sequence[Entry]:
+        """XRANGE of a partition's dead-letter stream; a key of another type is
+        :class:`CorruptDataError` naming it."""
+        key = self.keys.dead_letters(partition)
+        try:
+            return await xrange(self.redis, key, start=start, end=end, count=count)
+        except redis_exc.ResponseError as e:
+            if "WRONGTYPE" not in str(e):
+                raise
+            raise CorruptDataError(f"{key} is not a stream") from e
 
     async def get(self, dead_letter_id: str) -> DeadLetterEntry:
         """One dead letter by id (ids are unique across partitions in practice).

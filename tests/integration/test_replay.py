@@ -220,6 +220,21 @@ def test_dlq_list_shows_entries_that_are_not_dead_letters(redis_server: RedisSer
     assert _cli(capsys, "dlq", *_flags(redis_server, keys), "list")[1] == ""
 
 
+def test_dlq_list_names_a_dead_letter_stream_of_another_type(redis_server: RedisServer, keys: Keys,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A dead-letter stream key holding a string: ``dlq list`` is corrupt data naming the
+    key, exit 2 (it reported a bare WRONGTYPE without saying which key), as ``show`` was."""
+
+    async def mistype() -> None:
+        redis = connect(redis_server.url)
+        await redis.set(keys.dead_letters(1), "junk")
+        await redis.aclose()
+
+    anyio.run(mistype)
+    code, out, err = _cli(capsys, "dlq", *_flags(redis_server, keys), "list")
+    assert (code, out) == (2, "") and f"{keys.dead_letters(1)} is not a stream" in err
+
+
 def test_inspect_reports_partitions(redis_server: RedisServer, keys: Keys, capsys: pytest.CaptureFixture[str]) -> None:
     """``inspect --json`` reports lanes, lag and consumers per partition."""
     anyio.run(_history, redis_server.url, keys, 5)
