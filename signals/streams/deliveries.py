@@ -141,8 +141,7 @@ class DeliveryLog:
         version = chain[0][1].version
         for entry_id, record in chain[1:]:
             if entry_id not in checked:  # after a snapshot every record can be checked
-                raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
-                                       f"applies to version {_base(record)}, which no earlier record rebuilds")
+                raise _unknown_base(stream, entry_id, record)
             if record.version <= version:  # a re-delivery (checked like every record)
                 continue
             base = _base(record)
@@ -156,6 +155,11 @@ class DeliveryLog:
 def _base(record: Delivery) -> int:
     """The version a delta applies to (a coalesced one names it)."""
     return record.version - 1 if record.base_version is None else record.base_version
+
+
+def _unknown_base(stream: str, entry_id: str, record: Delivery) -> CorruptDataError:
+    return CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
+                            f"applies to version {_base(record)}, which no earlier record rebuilds")
 
 
 def _rebuilt(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[int, str], set[str]]:
@@ -183,8 +187,7 @@ def _rebuilt(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[int
         elif first is None or base < first:
             continue
         else:
-            raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
-                                   f"applies to version {base}, which no earlier record rebuilds")
+            raise _unknown_base(stream, entry_id, record)
         _check_key(stream, entry_id, record, text)
         texts[record.version] = text
         checked.add(entry_id)
