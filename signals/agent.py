@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from signals._log import get_logger
 from signals.core.cachekey import cache_key, js_trim
 from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Attributes, Reason
@@ -30,7 +31,7 @@ from signals.core.signing import Signer
 from signals.core.system_message import TemplateProvider, working_memory_system_message
 from signals.core.tokens import TokenCounter, approx_tokens
 from signals.core.window import Injection, StepResult, WindowTracker
-from signals.errors import InvalidInputError
+from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys, lane_id
@@ -40,6 +41,8 @@ from signals.streams.subscribe import Subscription
 from signals.tool import handle_tool_call, tool_definition
 
 __all__ = ("AgentWorkingMemory", "ModelCallResult")
+
+log = get_logger(__name__)
 
 DeliveryMethod = Literal["state-signals", "system-message"]
 
@@ -133,8 +136,21 @@ class AgentWorkingMemory:
     async def start(self) -> list[Materialised]:
         """Read the lane's current state (call once before the first model call).
 
-        With system-message delivery there is nothing to read ahead: returns ``[]``.
+        With a delivery log, steps are numbered after the log's last record (an earlier
+        process's, after a restart: see :meth:`DeliveryLog.last_step`; from 0, with a
+        warning, when the log's key is not a stream: each call's recording then fails
+        naming it, until it is repaired). The window starts empty: the first call delivers
+        a snapshot. With system-message delivery there is
+        no signal to read ahead: returns ``[]``.
         """
+        if self.log is not None and self.thread_id is not None:
+            try:
+                last = await self.log.last_step(self.thread_id)
+            except CorruptDataError as e:  # the log's key is not a stream: recording names it, at each call
+                log.warning("agent.delivery_log_unreadable", thread_id=self.thread_id, problem=str(e))
+                last = 0
+            self.window.resume(last)
+            self._steps = max(self._steps, last)
         if self.delivery == "system-message":
             return []
         items = await self.subscription.bootstrap()

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import secrets
 from dataclasses import dataclass, field
 
 from signals.core.cachekey import cache_key
@@ -140,6 +141,9 @@ class WindowTracker:
     _latest: int = 0
     _steps: int = 0
     _ids: itertools.count[int] = field(default_factory=itertools.count)
+    # in every message id: a tracker of another process on the same lane (a restart) never
+    # makes an id that a message of this one, still in a loop's history, carries
+    _run: str = field(default_factory=lambda: secrets.token_hex(4))
     _sent: int = 0  # the highest version delivered into this window so far
 
     def __post_init__(self) -> None:
@@ -147,6 +151,16 @@ class WindowTracker:
             raise InvalidInputError(f"coalesce is True, False or None, not {self.coalesce!r}")
         if not callable(self.count_tokens):
             raise InvalidInputError(f"count_tokens is a function of a text, not {self.count_tokens!r}")
+
+    def resume(self, step: int) -> None:
+        """Number this window's steps after ``step``: the last one an earlier process
+        logged for the same conversation (:meth:`signals.streams.deliveries.DeliveryLog.last_step`),
+        so that the delivery log's step numbers stay those of one window at a time. The
+        window itself starts empty: what the earlier process delivered is not held here.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InvalidInputError(f"resume takes a step number >= 0, not {step!r}")
+        self._steps = max(self._steps, step)
 
     def offer(self, signal: Signal, value: str) -> None:
         """Make a lane signal (with the full text after it) known to the tracker."""
@@ -280,7 +294,7 @@ class WindowTracker:
 
     def _register(self, inj: Injection) -> Injection:
         """Give ``inj`` its message id and hold it."""
-        inj = dataclasses.replace(inj, id=f"wm:{self.lane}:v{inj.version}:{next(self._ids)}")
+        inj = dataclasses.replace(inj, id=f"wm:{self.lane}:v{inj.version}:{self._run}.{next(self._ids)}")
         self._injected[inj.id] = inj
         return inj
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import msgspec
 from redis import exceptions as redis_exc
 
+from signals._log import get_logger
 from signals.core._time import now_iso
 from signals.core.cachekey import cache_key
 from signals.core.codec import FIELD, decode_delivery, encode_json
@@ -42,7 +43,12 @@ from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
 from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
 
-__all__ = ("DeliveryLog", "ModelView")
+__all__ = ("LAST_STEP_LOOKBACK", "DeliveryLog", "ModelView")
+
+log = get_logger(__name__)
+
+#: How many of a log's newest entries :meth:`DeliveryLog.last_step` looks through.
+LAST_STEP_LOOKBACK = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +106,28 @@ class DeliveryLog:
         records = await self._entries(thread_id, to_step=to_step)
         _rebuilt(stream, records)
         return [record for _, record in records if record.step >= from_step]
+
+    async def last_step(self, thread_id: str) -> int:
+        """The step of the thread's newest delivery record (0 when it has none): an agent
+        process that starts on the thread numbers its steps after it (see
+        :meth:`signals.core.window.WindowTracker.resume`), so that a restart does not reuse
+        step numbers and :meth:`view_at` keeps answering for one window at a time.
+
+        Looks at the newest :data:`LAST_STEP_LOOKBACK` entries and takes the newest that
+        is a record of this thread; one that is not is passed over with a warning (the
+        log's readers still refuse it: it is evidence of tampering, not a reason for the
+        agent not to start).
+
+        Raises:
+            CorruptDataError: the log's key holds something other than a stream (names it).
+        """
+        stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
+        for entry in await xrange_entries(self.redis, stream, count=LAST_STEP_LOOKBACK, newest_first=True):
+            try:
+                return _decode(stream, thread_id, entry).step
+            except CorruptDataError as e:
+                log.warning("deliveries.bad_record", stream=stream, entry_id=entry[0], problem=str(e))
+        return 0
 
     async def _entries(self, thread_id: str, from_step: int = 0,
                        to_step: int | None = None) -> list[tuple[str, Delivery]]:

@@ -109,14 +109,15 @@ async def raw_command(redis: Client, key: str, args: list[str | int], *, kind: s
 
 
 async def xrange_entries(
-    redis: Client, key: str, *, start: str = "-", end: str = "+", count: int | None = None
+    redis: Client, key: str, *, start: str = "-", end: str = "+", count: int | None = None, newest_first: bool = False
 ) -> list[RawEntry]:
-    """XRANGE, each entry's fields decoded on its own (see :data:`RawEntry`).
+    """XRANGE (XREVRANGE with ``newest_first``), each entry's fields decoded on its own
+    (see :data:`RawEntry`).
 
     Raises:
         CorruptDataError: ``key`` holds something other than a stream.
     """
-    args: list[str | int] = ["XRANGE", key, start, end]
+    args: list[str | int] = ["XREVRANGE", key, end, start] if newest_first else ["XRANGE", key, start, end]
     if count is not None:
         args += ["COUNT", count]
     reply = await raw_command(redis, key, args)

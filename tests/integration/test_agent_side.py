@@ -77,6 +77,41 @@ async def test_delivery_log_answers_what_the_model_saw(redis_server: RedisServer
     assert view is not None and view.version == 3 and view.text == _doc(3)
 
 
+async def test_a_restarted_agent_continues_the_logs_steps(redis_server: RedisServer, redis: Redis,
+                                                          keys: Keys) -> None:
+    """An agent process that restarts on a thread numbers its steps after the log's last.
+
+    Its window starts empty (a bootstrap snapshot); its steps must not reuse the first
+    process's numbers, or view_at(N) would mix two windows' records and answer for neither.
+    Its message ids are not the first process's either: a loop that kept those messages
+    in its history must not have them taken for the new process's.
+    """
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.create_thread("t1", "u")
+    first_ids: list[str] = []
+    async with running_workers(redis_server.url, keys, 1):
+        for run in range(2):
+            agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
+            await agent.start()
+            held: list[str] = []
+            for n in range(3):
+                await store.replace("u", _doc(10 * run + n))
+                await wait_caught_up(redis, keys)
+                result = await agent.before_model_call(held)
+                held = [h for h in held if h not in result.drop] + [a.id for a in result.add]
+                assert not set(held) & set(first_ids)
+            first_ids = first_ids or held
+    log = DeliveryLog(redis, keys)
+    records = await log.read("t1")
+    assert [(r.step, r.mode, r.reason) for r in records] == [
+        (1, "snapshot", "bootstrap"), (2, "delta", "new"), (3, "delta", "new"),
+        (4, "snapshot", "bootstrap"), (5, "delta", "new"), (6, "delta", "new")]
+    view = await log.view_at("t1", 2)
+    assert view is not None and view.text == _doc(1)
+    view = await log.view_at("t1", 5)
+    assert view is not None and view.text == _doc(11)
+
+
 async def test_tool_writes_and_returns_errors_to_the_model(redis: Redis, keys: Keys) -> None:
     """setWorkingMemory writes through the store; refused writes come back as tool results."""
     cfg = WorkingMemoryConfig(schema={"type": "object", "properties": {"age": {"type": "integer"}}})

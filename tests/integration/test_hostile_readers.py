@@ -361,6 +361,30 @@ async def test_a_malformed_delivery_log_entry_is_corrupt_data(
 
 
 
+async def test_an_agent_starts_on_a_log_with_junk_at_its_end(redis: Redis, keys: Keys) -> None:
+    """The last step is the newest genuine record's: junk after it is passed over with a
+    warning, and the agent starts (its readers still refuse the junk); a log key of
+    another type is named."""
+    stream = keys.deliveries("t1")
+    good = Delivery(thread_id="t1", step=7, lane="r:u", version=1, mode="snapshot", reason="bootstrap",
+                    cache_key=cache_key("markdown", _doc(0)), contents=_doc(0),
+                    attributes=Attributes(format="markdown", scope="resource"))
+    await redis.xadd(stream, {FIELD: encode_json(good)})
+    for fields in ({FIELD: "{broken"}, {FIELD: encode_json(_as_dict(good) | {"threadId": "t2", "step": 99})},
+                   {"x": "y"}, {FIELD: b"\xff"}):
+        await redis.xadd(stream, fields)
+    with capture_logs() as logs:
+        assert await DeliveryLog(redis, keys).last_step("t1") == 7
+        agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
+        await agent.start()
+    assert sum(1 for e in logs if e["event"] == "deliveries.bad_record") == 8
+    assert agent.window.step(set()).step == 8
+    await redis.delete(stream)
+    await redis.set(stream, "x")
+    with pytest.raises(CorruptDataError, match="not a stream"):
+        await DeliveryLog(redis, keys).last_step("t1")
+
+
 async def test_the_cli_shows_data_as_text_never_as_markup_or_terminal_codes(
     redis_server: RedisServer, redis: Redis, keys: Keys, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -359,3 +359,33 @@ def test_tracker_options_are_checked_when_it_is_built() -> None:
     with pytest.raises(InvalidInputError, match="count_tokens is a function"):
         WindowTracker("r:u", count_tokens=None)  # type: ignore[arg-type]
 
+
+
+def test_two_trackers_of_a_lane_never_make_the_same_message_id() -> None:
+    """A restarted agent's tracker (same lane, same signals, same steps) makes new ids: a
+    message the loop kept from the first process is not taken for one of the second's."""
+    ids = []
+    for _ in range(2):
+        loop = Loop()
+        loop.write(_doc())
+        for _ in range(3):
+            loop.held = []  # the window lost everything: the snapshot again, a new message
+            ids += [a.id for a in loop.step().add]
+    assert len(ids) == len(set(ids)) == 6
+
+
+def test_resume_numbers_steps_after_the_given_one() -> None:
+    """resume(n): the next step is n + 1 (never lower than the tracker's own count)."""
+    loop = Loop()
+    loop.write(_doc())
+    loop.tracker.resume(41)
+    assert loop.step().step == 42
+    loop.tracker.resume(3)
+    assert loop.step().step == 43
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", True, None])
+def test_resume_refuses_what_is_not_a_step(bad: Any) -> None:
+    """A step number is an int >= 0."""
+    with pytest.raises(InvalidInputError, match="resume takes a step number"):
+        WindowTracker("r:u").resume(bad)
