@@ -43,8 +43,8 @@ from signals.core.models import WriteEvent
 from signals.streams.client import connect
 from signals.streams.keys import Keys
 from workers import runtime
+from workers.chains import CHAIN_IDS
 from workers.embedded import RedisServer
-from workers.lane_state import CHAIN_IDS
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The last commit before the worker validated what it reads (``git log``: the parent of

@@ -6,8 +6,8 @@ writes (:func:`event_chain`): an event on the chain is signalled with its own te
 that contradicts the chain or the document (beyond its version, another format or owner,
 a second event for a version, off a whole chain) is dead-lettered; one that cannot be
 placed is acknowledged and the document's current version signalled instead (a
-catch-up); a lane under repair gets one snapshot. :func:`run_commits` then runs one commit
-script per partition (signal XADD + tracking + XACK, atomic per lane), which checks key
+catch-up); a lane under repair gets one snapshot. :func:`workers.commit_call.run_commits`
+then runs the commit script over the partitions (signal XADD + tracking + XACK, atomic per lane), which checks key
 types, compare-and-sets on the tracking and checks the signal stream still ends at the
 tracked signal; a lane that fails a check comes back with a status and is recomputed.
 Whole-server errors (unreachable, out of memory, loading, read-only) propagate to the
@@ -25,24 +25,18 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import msgspec
-from redis import exceptions as redis_exc
-from redis.asyncio.cluster import RedisCluster
 
 from signals.core.codec import encode_json
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, advance
 from signals.core.models import WriteEvent
-from signals.core.retention import Retention
 from signals.core.signing import Signer
-from signals.streams.client import Client, queue_script
-from signals.streams.keys import GROUP, Keys
-from workers.faults import raise_whole_server
+from signals.streams.keys import Keys
 from workers.lane_state import LaneState, Pending
 
-__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "plan_steady", "run_commits", "steady_check",
-           "steady_document")
+__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "plan_steady", "steady_check", "steady_document")
 
 @dataclass(slots=True)
 class BatchStats:
@@ -291,7 +285,7 @@ def event_chain(
     follows genuine events only (an appended forgery can name any ``p``, but no genuine
     event or document names the forgery). The walk steps through the batch's events and
     through ``known``: links (genuine event id -> the id its ``p`` names) that chain walks
-    on the stream found (:func:`workers.lane_state.walk_chains`), for the stretch between
+    on the stream found (:func:`workers.chains.walk_chains`), for the stretch between
     the document and the batch that the batch does not hold.
 
     Whole means the walk itself came down to the tracked event, link by link: ids found
@@ -352,104 +346,3 @@ def _event_mismatch(event: WriteEvent, doc: LaneDocument) -> str | None:
     if event.scope == "thread" and doc.resource_id is not None and event.resource_id != doc.resource_id:
         return f"poison: resource id {event.resource_id!r} does not own thread {doc.thread_id!r}"
     return None
-
-
-#: Partitions share one script call until it holds this many events: a light batch (a few
-#: events over many partitions) pays the script's fixed cost once, and no call of a heavy
-#: batch holds Redis much longer than one partition's did.
-MERGE_EVENTS = 256
-
-
-async def run_commits(
-    redis: Client, keys: Keys, script: Any, order: list[tuple[int, list[LaneCommit]]], *,
-    retention: Retention, read_ahead: tuple[str, list[str], int] | None = None,
-) -> tuple[list[list[list[str]] | Exception], object]:
-    """The commit script over the partitions of ``order`` in one pipeline, plus the
-    read-ahead XREADGROUP (``(consumer, streams, count)``) when given. Returns each
-    partition's per-lane statuses (or the error of the call that held it) and the
-    read-ahead reply (or error). Signal streams are trimmed at snapshot boundaries under
-    ``retention`` (:mod:`signals.core.retention`).
-
-    On one server, partitions share a call up to :data:`MERGE_EVENTS` events (see
-    :func:`_calls`); on a Redis Cluster each partition is a call of its own (a script's
-    keys must share a slot). The lanes' signal texts follow the script's JSON argument as
-    arguments of their own: escaped into it, they cost more to encode here and to decode
-    in the script than anything else either does with them.
-
-    On one server the scripts go as plain EVALSHA: redis-py would otherwise send SCRIPT
-    EXISTS before every pipeline holding a script (a round trip per batch). A call whose
-    script the server does not have (NOSCRIPT: it was restarted or flushed; the script did
-    not run) is made again once the script is loaded."""
-    plain = not isinstance(redis, RedisCluster)
-    groups = _calls(order, merge=plain)
-    calls = [_commit_call(keys, group, retention) for group in groups]
-    async with redis.pipeline(transaction=False) as pipe:
-        for script_keys, args in calls:
-            if plain:
-                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
-            else:
-                await queue_script(pipe, script, script_keys, args)
-        if read_ahead is not None:
-            consumer, streams, count = read_ahead
-            pipe.xreadgroup(GROUP, consumer, dict.fromkeys(streams, ">"), count=count)
-        results = list(await pipe.execute(raise_on_error=False))
-    ahead: object = results.pop() if read_ahead is not None else None
-    missing = [n for n, result in enumerate(results) if isinstance(result, redis_exc.NoScriptError)]
-    if missing:
-        await redis.script_load(script.script)
-        async with redis.pipeline(transaction=False) as pipe:
-            for n in missing:
-                script_keys, args = calls[n]
-                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
-            for n, result in zip(missing, await pipe.execute(raise_on_error=False), strict=True):
-                results[n] = result
-    raise_whole_server(results)
-    out: list[list[list[str]] | Exception] = []
-    for group, result in zip(groups, results, strict=True):
-        if isinstance(result, Exception):
-            out += [result] * len(group)
-        else:
-            out += cast(list[list[list[str]]], result)
-    return out, ahead
-
-
-def _calls(order: list[tuple[int, list[LaneCommit]]], *, merge: bool) -> list[list[tuple[int, list[LaneCommit]]]]:
-    """The partitions of ``order`` grouped into script calls, in order."""
-    if not merge:
-        return [[item] for item in order]
-    groups: list[list[tuple[int, list[LaneCommit]]]] = []
-    size = 0
-    for item in order:
-        events = sum(len(c.acks) + len(c.signals) for c in item[1])
-        if not groups or (size and size + events > MERGE_EVENTS):
-            groups.append([])
-            size = 0
-        groups[-1].append(item)
-        size += events
-    return groups
-
-
-#: The commit script's plan argument is MessagePack (the script's ``cmsgpack``): the same
-#: fields by name as JSON, decoded in the script in about two thirds of ``cjson``'s time
-#: (measured: 2.4 against 3.6 us per lane), which was the largest single step of a
-#: steady-state commit.
-_plan_encoder = msgspec.msgpack.Encoder()
-
-
-def _commit_call(keys: Keys, group: list[tuple[int, list[LaneCommit]]],
-                 retention: Retention) -> tuple[list[str], list[str | int | bytes]]:
-    """One commit script call over partitions: its keys and arguments (ARGV: group,
-    retained signals, the partitions' plan in MessagePack, retained age in ms, then the
-    texts)."""
-    script_keys: list[str] = []
-    partitions = []
-    for partition, commits in group:
-        script_keys.append(keys.writes(partition))
-        for c in commits:
-            script_keys += keys.worker_keys(c.lane)
-        partitions.append({"docs": keys.documents(partition), "lanes": [c.payload() for c in commits]})
-    args: list[str | int | bytes] = [GROUP, retention.signals, _plan_encoder.encode(partitions), retention.age_ms]
-    for _, commits in group:
-        for c in commits:
-            args += c.signals
-    return script_keys, args

@@ -44,12 +44,13 @@ from signals.streams.client import Client, lua, now_iso
 from signals.streams.keys import GROUP, Keys
 from workers import chunking
 from workers.cache import TrackingCache
-from workers.chains import ChainLinks
-from workers.commit import BatchStats, LaneCommit, plan_lane, plan_steady, run_commits, steady_check, steady_document
+from workers.chains import ChainLinks, walk_chains
+from workers.commit import BatchStats, LaneCommit, plan_lane, plan_steady, steady_check, steady_document
+from workers.commit_call import run_commits
 from workers.counters import METRICS
 from workers.dead_letters import DeadLetters
 from workers.events import REQUEUED_FIELD, EventDecoder, printable, text
-from workers.lane_state import LaneState, Pending, load_documents, read_lanes, walk_chains
+from workers.lane_state import LaneState, Pending, load_documents, read_lanes
 from workers.reader import GroupReader, RawEntry
 
 __all__ = ("BatchStats", "Consumer", "ConsumerOptions", "default_consumer_name")

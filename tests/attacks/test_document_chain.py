@@ -16,10 +16,10 @@ from signals.core.retention import Retention
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane
-from workers import lane_state
+from workers import chains
+from workers.chains import CHAIN_IDS, chain_path, join_chain
 from workers.consumer import Consumer, ConsumerOptions
 from workers.embedded import RedisServer
-from workers.lane_state import CHAIN_IDS, chain_path, join_chain
 from workers.reader import RawEntry
 
 LANE = "r:chained"
@@ -168,7 +168,7 @@ async def test_backlog_is_placed_from_the_document_without_walking_the_stream(
     await worker.ensure_groups()
     await _backlog(redis, keys, store, worker, 40)
 
-    monkeypatch.setattr(lane_state, "queue_script", _no_walk)
+    monkeypatch.setattr(chains, "queue_script", _no_walk)
     await worker.process(await _first_of_backlog(redis, keys, worker))
     monkeypatch.undo()
     await worker.process(await worker.read_batch())
@@ -193,7 +193,7 @@ async def test_junk_chain_field_falls_back_to_the_stream_walk(
     await _backlog(redis, keys, store, worker, 40)
     await redis.hset(keys.doc(LANE), block, junk)
     if block == "chain0":  # left out: the newest block places the batch without the walk
-        monkeypatch.setattr(lane_state, "queue_script", _no_walk)
+        monkeypatch.setattr(chains, "queue_script", _no_walk)
     await worker.process(await _first_of_backlog(redis, keys, worker))
     monkeypatch.undo()
     await worker.process(await worker.read_batch())

@@ -12,10 +12,12 @@ from signals.core.retention import Retention
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
-from workers.commit import plan_lane, run_commits
+from workers.chains import walk_chains
+from workers.commit import plan_lane
+from workers.commit_call import run_commits
 from workers.consumer import Consumer, ConsumerOptions
 from workers.embedded import RedisServer
-from workers.lane_state import Pending, load_documents, read_lanes, walk_chains
+from workers.lane_state import Pending, load_documents, read_lanes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
