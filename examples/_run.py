@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from signals.streams.deliveries import DeliveryLog
+from signals.agent import AgentWorkingMemory
 from workers.embedded import RedisServer
 from workers.logging import configure_logging
 
@@ -25,9 +25,12 @@ def run_example(main: Callable[[str], Awaitable[None]]) -> None:
             anyio.run(main, server.url)
 
 
-async def print_rebuilt(log: DeliveryLog | None, thread_id: str, step: int) -> None:
-    """Print what the delivery log says the model could rebuild at ``step`` (nothing without a log)."""
-    view = await log.view_at(thread_id, step) if log else None
+async def print_rebuilt(memory: AgentWorkingMemory) -> None:
+    """Print what the delivery log says the model could rebuild at its last call (nothing without a log)."""
+    step = memory.last_step
+    view = None
+    if memory.log is not None and memory.thread_id is not None:
+        view = await memory.log.view_at(memory.thread_id, step, window=memory.window.window_id)
     if view is not None:
         print(f"delivery log: at call {step} the model could rebuild version {view.version}:")
         print(view.text)

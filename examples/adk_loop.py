@@ -106,7 +106,7 @@ async def main(url: str) -> None:
             message = types.Content(role="user", parts=[types.Part(text=f"user message {turn}")])
             async for _ in runner.run_async(user_id="ada", session_id=session.id, new_message=message):
                 pass
-        await print_rebuilt(wm.memory.log, session.id, len(model.calls))
+        await print_rebuilt(wm.memory)
         stop.set()
     await redis.aclose()
 

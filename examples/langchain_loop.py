@@ -108,7 +108,7 @@ async def main(url: str) -> None:
             model.turn = turn
             await agent.ainvoke({"messages": [HumanMessage(f"user message {turn}")]},
                                 {"configurable": {"thread_id": "chat-1"}})
-        await print_rebuilt(wm.memory.log, "chat-1", len(model.calls))
+        await print_rebuilt(wm.memory)
         stop.set()
     await redis.aclose()
 

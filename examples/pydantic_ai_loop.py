@@ -76,7 +76,7 @@ async def main(url: str) -> None:
             result = await agent.run(f"user message {turn}", message_history=history,
                                      capabilities=[caught_up, keep_last_six, wm])  # wm last: sees the trimming
             history = result.all_messages()
-        await print_rebuilt(wm.memory.log, "chat-1", len(calls))
+        await print_rebuilt(wm.memory)
         stop.set()
     await redis.aclose()
 

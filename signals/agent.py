@@ -42,7 +42,7 @@ from signals.tool import handle_tool_call, tool_definition
 
 __all__ = ("AgentWorkingMemory", "ModelCallResult")
 
-log = get_logger(__name__)
+logger = get_logger(__name__)
 
 DeliveryMethod = Literal["state-signals", "system-message"]
 
@@ -132,6 +132,7 @@ class AgentWorkingMemory:
         self.log = DeliveryLog(redis, keys) if (log_deliveries and thread_id) else None
         self._steps = 0  # system-message delivery: its own step count (the tracker is unused)
         self._logged_key: str | None = None  # system-message delivery: the cacheKey last logged
+        self._resumed = False  # steps numbered after the delivery log's last record (start or first call)
 
     async def start(self) -> list[Materialised]:
         """Read the lane's current state (call once before the first model call).
@@ -139,23 +140,37 @@ class AgentWorkingMemory:
         With a delivery log, steps are numbered after the log's last record (an earlier
         process's, after a restart: see :meth:`DeliveryLog.last_step`; from 0, with a
         warning, when the log's key is not a stream: each call's recording then fails
-        naming it, until it is repaired). The window starts empty: the first call delivers
-        a snapshot. With system-message delivery there is
-        no signal to read ahead: returns ``[]``.
+        naming it, until it is repaired; the first model call does this when ``start`` was
+        not called). The window starts empty: the first call delivers a snapshot. With
+        system-message delivery there is no signal to read ahead: returns ``[]``.
         """
-        if self.log is not None and self.thread_id is not None:
-            try:
-                last = await self.log.last_step(self.thread_id)
-            except CorruptDataError as e:  # the log's key is not a stream: recording names it, at each call
-                log.warning("agent.delivery_log_unreadable", thread_id=self.thread_id, problem=str(e))
-                last = 0
-            self.window.resume(last)
-            self._steps = max(self._steps, last)
+        await self._resume_steps()
         if self.delivery == "system-message":
             return []
         items = await self.subscription.bootstrap()
         self._offer(items)
         return items
+
+    @property
+    def last_step(self) -> int:
+        """The step number of the last model call (:meth:`before_model_call`; after a
+        restart, numbered on from the delivery log's last record), 0 before any."""
+        return self._steps if self.delivery == "system-message" else self.window.steps
+
+    async def _resume_steps(self) -> None:
+        """Number this process's steps after the delivery log's last record (once)."""
+        if self._resumed:
+            return
+        self._resumed = True
+        if self.log is None or self.thread_id is None:
+            return
+        try:
+            last = await self.log.last_step(self.thread_id)
+        except CorruptDataError as e:  # the log's key is not a stream: recording names it, at each call
+            logger.warning("agent.delivery_log_unreadable", thread_id=self.thread_id, problem=str(e))
+            last = 0
+        self.window.resume(last)
+        self._steps = max(self._steps, last)
 
     def _offer(self, items: Iterable[Materialised]) -> None:
         for item in items:
@@ -178,20 +193,21 @@ class AgentWorkingMemory:
         State signals: new signals, window check, the messages to add (and drop).
         System message: the whole working memory as ``system`` (``held_ids`` unused).
         """
+        await self._resume_steps()  # when start() was not called
         if self.delivery == "system-message":
             return await self._system_call()
         await self.poll()
         result = self.window.step(set(held_ids))
         if self.log is not None and self.thread_id is not None and result.add:
             await self.log.record(self.thread_id, self.lane, result)
-        return ModelCallResult(result.step, result.add, result.drop)
+        return ModelCallResult(result.step, result.add, result.drop, result.window)
 
     async def _system_call(self) -> ModelCallResult:
         self._steps += 1
         doc = await self.store.get(self.resource_id, self.thread_id)
         if doc is not None:
             await self._log_system(doc)
-        return ModelCallResult(self._steps, system=self._render_system(doc))
+        return ModelCallResult(self._steps, window=self.window.window_id, system=self._render_system(doc))
 
     async def _log_system(self, doc: Document) -> None:
         """Log the document a system message carries when its text differs from the last logged."""
@@ -205,7 +221,7 @@ class AgentWorkingMemory:
         sent = Injection(id=f"wm:{self.lane}:system:{self._steps}", step=self._steps, version=doc.version,
                          mode="snapshot", reason=reason, cache_key=key, contents=text,
                          attributes=Attributes(format=doc.format, scope=self.config.scope), value=text)
-        await self.log.record(self.thread_id, self.lane, StepResult(self._steps, (sent,)))
+        await self.log.record(self.thread_id, self.lane, StepResult(self._steps, (sent,), window=self.window.window_id))
         self._logged_key = key
 
     def _render_system(self, doc: Document | None) -> dict[str, str]:

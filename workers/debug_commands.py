@@ -102,6 +102,20 @@ def _trimmed_note(first: Signal, retention: Retention | None) -> str:
     return f"history before version {first.version} was trimmed ({why}); the oldest retained signal is a snapshot"
 
 
+def _show_deliveries(deliveries: list[Delivery], *, as_json: bool) -> None:
+    """``replay --deliveries``: one line per record (its step, and its window in brackets)."""
+    for d in deliveries:
+        if as_json:
+            sys.stdout.write(encode_json(d) + "\n")
+            continue
+        # a coalesced catch-up delta carries versions baseVersion+1..version
+        versions = f"v{d.version}" if d.base_version is None else f"v{d.base_version + 1}..{d.version}"
+        window = f" [{literal(d.window)}]" if d.window else ""  # the record's window (one process's)
+        # the record's strings are data, never console markup (an export file is not checked)
+        _console.print(f"step {d.step}{window}: {literal(d.lane)} {versions} {d.mode} ({d.reason}) "
+                       f"{literal(d.cache_key[:19])}… {literal(d.at or '')}", markup=False)
+
+
 def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery],
           truth: DocumentState | None = None, retention: Retention | None = None) -> int:
     """Print or verify; with ``truth`` (``--verify`` against Redis) the latest signal is also
@@ -112,15 +126,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     record carries ``firstRetainedVersion``; ``retention`` is the retention of this
     process's settings (``None`` for an export file)."""
     if args.deliveries:
-        for d in deliveries:
-            if args.json:
-                sys.stdout.write(encode_json(d) + "\n")
-            else:
-                # a coalesced catch-up delta carries versions baseVersion+1..version
-                versions = f"v{d.version}" if d.base_version is None else f"v{d.base_version + 1}..{d.version}"
-                # the record's strings are data, never console markup (an export file is not checked)
-                _console.print(f"step {d.step}: {literal(d.lane)} {versions} {d.mode} ({d.reason}) "
-                               f"{literal(d.cache_key[:19])}… {literal(d.at or '')}", markup=False)
+        _show_deliveries(deliveries, as_json=args.json)
         return 0
     if not signals:
         raise InvalidInputError("no signals retained for that lane (check --namespace, --scope and the ids)")

@@ -104,6 +104,9 @@ class Delivery(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_onl
     ``base_version`` is set on a coalesced catch-up delta only: the version the patch
     applies to, so the record carries versions ``base_version + 1 .. version`` at once
     (a plain delta applies to ``version - 1``; older records have no such field).
+    ``window`` names the window (one agent process's tracker, see
+    :attr:`signals.core.window.WindowTracker.window_id`) whose step it was: a thread's log
+    holds the windows of successive processes (older records have no such field).
     """
 
     thread_id: str
@@ -117,6 +120,7 @@ class Delivery(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_onl
     attributes: Attributes
     at: str | None = None
     base_version: int | None = None
+    window: str | None = None
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import secrets
 from dataclasses import dataclass, field
 
@@ -57,7 +58,14 @@ from signals.core.render import chat_message, signal_markup
 from signals.core.tokens import TokenCounter, approx_tokens
 from signals.errors import InvalidInputError
 
-__all__ = ("Injection", "StepResult", "WindowTracker", "trim_window")
+__all__ = ("MAX_RESUME_STEP", "WINDOW_ID", "Injection", "StepResult", "WindowTracker", "trim_window")
+
+#: The highest step a window resumes after (:meth:`WindowTracker.resume`): no window makes
+#: 2**52 model calls, so a log whose last step is past it was forged, and resuming there
+#: would soon number steps beyond what the log's readers accept (2**53 - 1).
+MAX_RESUME_STEP = 2**52
+#: What a window's name (:attr:`WindowTracker.window_id`) may be.
+WINDOW_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,20 +110,23 @@ class Injection:
         """A ``user``-role chat message holding the markup (Mastra's delivery)."""
         return chat_message(self.markup)
 
-    def delivery(self, *, thread_id: str, lane: str, at: str | None) -> Delivery:
-        """The delivery-log record of this message (the wire form; ``id`` and ``value`` stay here)."""
+    def delivery(self, *, thread_id: str, lane: str, at: str | None, window: str | None = None) -> Delivery:
+        """The delivery-log record of this message (the wire form; ``id`` and ``value`` stay
+        here), made in ``window`` (:attr:`WindowTracker.window_id`)."""
         return Delivery(thread_id=thread_id, step=self.step, lane=lane, version=self.version, mode=self.mode,
                         reason=self.reason, cache_key=self.cache_key, contents=self.contents,
-                        attributes=self.attributes, at=at, base_version=self.base_version)
+                        attributes=self.attributes, at=at, base_version=self.base_version, window=window)
 
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
-    """What the loop should do with its window at this step."""
+    """What the loop should do with its window at this step (``window``: the tracker's
+    :attr:`WindowTracker.window_id`, which the delivery log records)."""
 
     step: int
     add: tuple[Injection, ...] = ()
     drop: tuple[str, ...] = ()
+    window: str | None = None
 
 
 @dataclass(slots=True)
@@ -141,9 +152,12 @@ class WindowTracker:
     _latest: int = 0
     _steps: int = 0
     _ids: itertools.count[int] = field(default_factory=itertools.count)
-    # in every message id: a tracker of another process on the same lane (a restart) never
-    # makes an id that a message of this one, still in a loop's history, carries
-    _run: str = field(default_factory=lambda: secrets.token_hex(4))
+    window_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    """This window's name (random unless given: letters, digits, ``.``, ``_``, ``-``, up to
+    64): in every message id, so a tracker of another process on the same lane (a restart)
+    never makes an id that a message of this one, still in a loop's history, carries; and
+    in every delivery-log record, so a thread's log tells the windows of successive
+    processes apart (:meth:`signals.streams.deliveries.DeliveryLog.view_at`)."""
     _sent: int = 0  # the highest version delivered into this window so far
 
     def __post_init__(self) -> None:
@@ -151,6 +165,13 @@ class WindowTracker:
             raise InvalidInputError(f"coalesce is True, False or None, not {self.coalesce!r}")
         if not callable(self.count_tokens):
             raise InvalidInputError(f"count_tokens is a function of a text, not {self.count_tokens!r}")
+        if not (isinstance(self.window_id, str) and WINDOW_ID.fullmatch(self.window_id)):
+            raise InvalidInputError(f"window_id is 1 to 64 letters, digits, '.', '_' or '-', not {self.window_id!r}")
+
+    @property
+    def steps(self) -> int:
+        """The number of the last step (0 before any)."""
+        return self._steps
 
     def resume(self, step: int) -> None:
         """Number this window's steps after ``step``: the last one an earlier process
@@ -158,8 +179,8 @@ class WindowTracker:
         so that the delivery log's step numbers stay those of one window at a time. The
         window itself starts empty: what the earlier process delivered is not held here.
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise InvalidInputError(f"resume takes a step number >= 0, not {step!r}")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_RESUME_STEP:
+            raise InvalidInputError(f"resume takes a step number from 0 to {MAX_RESUME_STEP}, not {step!r}")
         self._steps = max(self._steps, step)
 
     def offer(self, signal: Signal, value: str) -> None:
@@ -220,7 +241,7 @@ class WindowTracker:
         version = chain[-1].version if chain else None
         latest = self._latest
         if latest in (0, version):
-            return StepResult(step)
+            return StepResult(step, window=self.window_id)
         needed = range((version or 0) + 1, latest + 1)
         on_chain = {i.id for i in chain}
         # deltas off the held chain are useless now and would repeat versions
@@ -240,7 +261,7 @@ class WindowTracker:
         for v in [v for v in self._known if v < latest]:
             del self._known[v]
         self._sent = max(self._sent, latest)
-        return StepResult(step, tuple(self._register(inj) for inj in add), drop)
+        return StepResult(step, tuple(self._register(inj) for inj in add), drop, self.window_id)
 
     def _coalescing(self, latest: int) -> bool:
         if self.coalesce is not None:
@@ -294,7 +315,7 @@ class WindowTracker:
 
     def _register(self, inj: Injection) -> Injection:
         """Give ``inj`` its message id and hold it."""
-        inj = dataclasses.replace(inj, id=f"wm:{self.lane}:v{inj.version}:{self._run}.{next(self._ids)}")
+        inj = dataclasses.replace(inj, id=f"wm:{self.lane}:v{inj.version}:{self.window_id}.{next(self._ids)}")
         self._injected[inj.id] = inj
         return inj
 

@@ -17,11 +17,15 @@ entry id. The log is
 evidence of what a model saw: a reader is told that it was tampered with, not handed a
 guess (the CLI maps it to exit 2).
 
-One log per thread id, written by one window: steps are that window's model calls. Two
-agents (or two adapters) that deliver into one thread id append interleaved records of
-two different windows, and ``view_at`` then answers for neither (a design limit of the
-record, which names no window). Give the second agent ``log_deliveries=False``, or its own
-thread id, to keep the log evidence of one model's context.
+One log per thread id; each record names its window (``window``: one agent process's
+tracker, :attr:`~signals.core.window.WindowTracker.window_id`) and that window's step (its
+model calls). A process that starts on the thread numbers its steps after the log's last
+record (:meth:`DeliveryLog.last_step`), so successive processes' records usually follow
+one another in step order; but a window's steps that added nothing are not in the log,
+and two processes can overlap (a rolling redeploy, or two agents on one thread), so a step
+number alone may belong to two windows. ``view_at`` answers for one window: the one
+asked for, else the window of the newest record at or before the step. Records written
+before windows were recorded name none and count as one window.
 """
 
 from __future__ import annotations
@@ -37,18 +41,18 @@ from signals.core.cachekey import cache_key
 from signals.core.codec import FIELD, decode_delivery, encode_json
 from signals.core.models import Delivery
 from signals.core.processor import apply_delta
-from signals.core.window import StepResult
+from signals.core.window import MAX_RESUME_STEP, WINDOW_ID, StepResult
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
 from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
 
-__all__ = ("LAST_STEP_LOOKBACK", "DeliveryLog", "ModelView")
+__all__ = ("DeliveryLog", "ModelView")
 
 log = get_logger(__name__)
 
-#: How many of a log's newest entries :meth:`DeliveryLog.last_step` looks through.
-LAST_STEP_LOOKBACK = 100
+#: :meth:`DeliveryLog.last_step` pages back this many entries at a time past junk.
+_LAST_STEP_PAGE = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,7 @@ class ModelView:
     version: int
     text: str
     deliveries: tuple[Delivery, ...]
+    window: str | None = None
 
 
 class DeliveryLog:
@@ -80,7 +85,7 @@ class DeliveryLog:
             return []
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
         now = now_iso()
-        records = [inj.delivery(thread_id=thread_id, lane=lane, at=now) for inj in result.add]
+        records = [inj.delivery(thread_id=thread_id, lane=lane, at=now, window=result.window) for inj in result.add]
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for record in records:
@@ -110,23 +115,32 @@ class DeliveryLog:
     async def last_step(self, thread_id: str) -> int:
         """The step of the thread's newest delivery record (0 when it has none): an agent
         process that starts on the thread numbers its steps after it (see
-        :meth:`signals.core.window.WindowTracker.resume`), so that a restart does not reuse
-        step numbers and :meth:`view_at` keeps answering for one window at a time.
+        :meth:`signals.core.window.WindowTracker.resume`), so that its records follow the
+        earlier process's in step order.
 
-        Looks at the newest :data:`LAST_STEP_LOOKBACK` entries and takes the newest that
-        is a record of this thread; one that is not is passed over with a warning (the
-        log's readers still refuse it: it is evidence of tampering, not a reason for the
-        agent not to start).
+        Reads the newest entry, and pages further back only past entries that are not
+        records of this thread (or name a step past
+        :data:`~signals.core.window.MAX_RESUME_STEP`): each is passed over with a warning
+        (the log's readers still refuse it: it is evidence of tampering, not a reason for
+        the agent not to start). The log is bounded by its retention, so is the walk.
 
         Raises:
             CorruptDataError: the log's key holds something other than a stream (names it).
         """
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
-        for entry in await xrange_entries(self.redis, stream, count=LAST_STEP_LOOKBACK, newest_first=True):
-            try:
-                return _decode(stream, thread_id, entry).step
-            except CorruptDataError as e:
-                log.warning("deliveries.bad_record", stream=stream, entry_id=entry[0], problem=str(e))
+        end, count = "+", 1
+        while entries := await xrange_entries(self.redis, stream, end=end, count=count, newest_first=True):
+            for entry in entries:
+                try:
+                    step = _decode(stream, thread_id, entry).step
+                except CorruptDataError as e:
+                    log.warning("deliveries.bad_record", stream=stream, entry_id=entry[0], problem=str(e))
+                    continue
+                if step <= MAX_RESUME_STEP:
+                    return step
+                log.warning("deliveries.bad_record", stream=stream, entry_id=entry[0],
+                            problem=f"step {step} is past any a window reaches ({MAX_RESUME_STEP})")
+            end, count = "(" + entries[-1][0], _LAST_STEP_PAGE
         return 0
 
     async def _entries(self, thread_id: str, from_step: int = 0,
@@ -144,8 +158,11 @@ class DeliveryLog:
                 return out
             cursor = "(" + entries[-1][0]
 
-    async def view_at(self, thread_id: str, step: int) -> ModelView | None:
-        """What the model could rebuild at ``step`` (``None`` before any delivery).
+    async def view_at(self, thread_id: str, step: int, *, window: str | None = None) -> ModelView | None:
+        """What the model of ``window`` could rebuild at its ``step`` (``None`` before any
+        delivery of that window). Without ``window``: the window of the newest record at or
+        before ``step`` (see the module docstring; ``replay --deliveries`` shows each
+        record's window).
 
         The last snapshot delivered at or before ``step``, then the deltas after it in
         order; a delta of a version already applied is a re-delivery (the window had
@@ -160,8 +177,13 @@ class DeliveryLog:
                 a text that does not match its cacheKey (names the entry).
         """
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
+        if window is not None and not (isinstance(window, str) and WINDOW_ID.fullmatch(window)):
+            raise InvalidInputError(f"window is a window name (as replay --deliveries shows it), not {window!r}")
         records = await self._entries(thread_id, to_step=step)
-        texts, checked = _rebuilt(stream, records)
+        texts, checked = _rebuilt(stream, records)  # every record checked: the texts are the lane's
+        if window is None and records:
+            window = records[-1][1].window
+        records = [(entry_id, r) for entry_id, r in records if r.window == window]
         snapshot = max((i for i, (_, r) in enumerate(records) if r.mode == "snapshot"), default=None)
         if snapshot is None:
             return None
@@ -177,7 +199,7 @@ class DeliveryLog:
                 raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
                                        f"(applies to {base}) follows version {version}")
             version = record.version
-        return ModelView(step, version, texts[version], tuple(r for _, r in chain))
+        return ModelView(step, version, texts[version], tuple(r for _, r in chain), window)
 
 
 def _base(record: Delivery) -> int:
@@ -241,8 +263,16 @@ def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
         record = decode_delivery(fields[FIELD])
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError) as e:
         raise CorruptDataError(f"{where}: not a delivery record: {str(e)[:200]}") from e
+    _check_record(where, thread_id, record)
+    return record
+
+
+def _check_record(where: str, thread_id: str, record: Delivery) -> None:
+    """What a decoded record must be to be one of this thread's (``CorruptDataError`` says what it is not)."""
     if record.thread_id != thread_id:
         raise CorruptDataError(f"{where}: threadId {record.thread_id[:80]!r} is not this log's thread")
+    if record.window is not None and not WINDOW_ID.fullmatch(record.window):
+        raise CorruptDataError(f"{where}: window {record.window[:80]!r} is not a window name")
     if not 0 <= record.step <= MAX_VERSION or not 1 <= record.version <= MAX_VERSION:
         raise CorruptDataError(f"{where}: step {str(record.step)[:40]} or version {str(record.version)[:40]} "
                                "is out of range")
@@ -260,7 +290,6 @@ def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
         validate_id(record.lane[2:], "lane id")
     except InvalidInputError as e:
         raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} is not a lane id") from e
-    return record
 
 
 def _check_key(stream: str, entry_id: str, record: Delivery, text: str) -> None:

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
 from signals.core.memory import WorkingMemoryConfig
+from signals.errors import InvalidInputError
 from signals.streams.client import connect
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
@@ -79,20 +80,24 @@ async def test_delivery_log_answers_what_the_model_saw(redis_server: RedisServer
 
 async def test_a_restarted_agent_continues_the_logs_steps(redis_server: RedisServer, redis: Redis,
                                                           keys: Keys) -> None:
-    """An agent process that restarts on a thread numbers its steps after the log's last.
+    """An agent process that restarts on a thread numbers its steps after the log's last
+    record, and every record names its window: view_at answers for one window.
 
-    Its window starts empty (a bootstrap snapshot); its steps must not reuse the first
-    process's numbers, or view_at(N) would mix two windows' records and answer for neither.
-    Its message ids are not the first process's either: a loop that kept those messages
-    in its history must not have them taken for the new process's.
+    Its window starts empty (a bootstrap snapshot); its steps must not reuse the numbers
+    of the first process's logged steps, or view_at(N) would mix two windows' records.
+    Steps that added nothing are not logged, so the second process may number one of them
+    again: the window tells them apart. Its message ids are not the first process's
+    either: a loop that kept those messages must not have them taken for the new ones.
     """
     store = WorkingMemoryStore(redis, keys=keys)
     await store.create_thread("t1", "u")
     first_ids: list[str] = []
+    windows = []
     async with running_workers(redis_server.url, keys, 1):
         for run in range(2):
             agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
             await agent.start()
+            windows.append(agent.window.window_id)
             held: list[str] = []
             for n in range(3):
                 await store.replace("u", _doc(10 * run + n))
@@ -100,16 +105,42 @@ async def test_a_restarted_agent_continues_the_logs_steps(redis_server: RedisSer
                 result = await agent.before_model_call(held)
                 held = [h for h in held if h not in result.drop] + [a.id for a in result.add]
                 assert not set(held) & set(first_ids)
+            for _ in range(2):  # calls with nothing new: steps that add nothing are not logged
+                result = await agent.before_model_call(held)
+                assert result.add == ()
+            assert agent.last_step == (5, 8)[run]  # the second numbers after the last record (3)
             first_ids = first_ids or held
     log = DeliveryLog(redis, keys)
     records = await log.read("t1")
-    assert [(r.step, r.mode, r.reason) for r in records] == [
-        (1, "snapshot", "bootstrap"), (2, "delta", "new"), (3, "delta", "new"),
-        (4, "snapshot", "bootstrap"), (5, "delta", "new"), (6, "delta", "new")]
+    assert [(r.step, r.mode, r.reason, r.window) for r in records] == [
+        (1, "snapshot", "bootstrap", windows[0]), (2, "delta", "new", windows[0]), (3, "delta", "new", windows[0]),
+        (4, "snapshot", "bootstrap", windows[1]), (5, "delta", "new", windows[1]),
+        (6, "delta", "new", windows[1])]
     view = await log.view_at("t1", 2)
-    assert view is not None and view.text == _doc(1)
+    assert view is not None and view.text == _doc(1) and view.window == windows[0]
     view = await log.view_at("t1", 5)
-    assert view is not None and view.text == _doc(11)
+    assert view is not None and view.text == _doc(11) and view.window == windows[1]
+    # the first window's steps 4 and 5 added nothing; the second numbered its own 4 and 5
+    view = await log.view_at("t1", 5, window=windows[0])
+    assert view is not None and view.text == _doc(2) and view.window == windows[0]
+    assert await log.view_at("t1", 3, window=windows[1]) is None
+    with pytest.raises(InvalidInputError, match="window"):
+        await log.view_at("t1", 3, window="no such/window")
+
+
+async def test_an_agent_that_was_not_started_still_continues_the_steps(redis: Redis, keys: Keys) -> None:
+    """System-message delivery needs no start(): the first model call numbers after the
+    log's last record (the first process's steps 2 and 3 resent the same text: not logged)."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.create_thread("t1", "u")
+    for n in range(2):
+        await store.replace("u", _doc(n))
+        agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", delivery="system-message")
+        for _ in range(3):
+            await agent.before_model_call([])
+    records = await DeliveryLog(redis, keys).read("t1")
+    assert [(r.step, r.version) for r in records] == [(1, 1), (2, 2)]  # not (1, 2): numbered after the log
+    assert agent.last_step == 4
 
 
 async def test_tool_writes_and_returns_errors_to_the_model(redis: Redis, keys: Keys) -> None:

@@ -81,8 +81,8 @@ async def test_a_burst_between_model_calls(redis_server: RedisServer, redis: Red
     text = await anyio.run_process([sys.executable, "-m", "workers", "replay", *flags], check=False)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.decode().splitlines()
-    assert lines[-1].startswith("step 2: r:u v2..4 delta (new)" if coalesce is None and policy == "compact"
-                                else "step 2: r:u v4 delta (new)")
+    versions = "v2..4" if coalesce is None and policy == "compact" else "v4"
+    assert lines[-1].startswith(f"step 2 [{agent.window.window_id}]: r:u {versions} delta (new)")
     as_json = await anyio.run_process([sys.executable, "-m", "workers", "replay", *flags, "--json"], check=True)
     assert [json.loads(line).get("baseVersion") for line in as_json.stdout.decode().splitlines()] == [
         r.base_version for r in records]

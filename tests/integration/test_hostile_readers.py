@@ -362,23 +362,32 @@ async def test_a_malformed_delivery_log_entry_is_corrupt_data(
 
 
 async def test_an_agent_starts_on_a_log_with_junk_at_its_end(redis: Redis, keys: Keys) -> None:
-    """The last step is the newest genuine record's: junk after it is passed over with a
-    warning, and the agent starts (its readers still refuse the junk); a log key of
-    another type is named."""
+    """The last step is the newest genuine record's, however much junk follows it (each
+    passed over with a warning; the log's readers still refuse it), and a step no window
+    reaches (a forged 2**53) is not resumed after: its records would soon be past what the
+    readers accept. The agent starts; a log key of another type is named."""
     stream = keys.deliveries("t1")
     good = Delivery(thread_id="t1", step=7, lane="r:u", version=1, mode="snapshot", reason="bootstrap",
                     cache_key=cache_key("markdown", _doc(0)), contents=_doc(0),
-                    attributes=Attributes(format="markdown", scope="resource"))
+                    attributes=Attributes(format="markdown", scope="resource"), window="w1")
     await redis.xadd(stream, {FIELD: encode_json(good)})
-    for fields in ({FIELD: "{broken"}, {FIELD: encode_json(_as_dict(good) | {"threadId": "t2", "step": 99})},
-                   {"x": "y"}, {FIELD: b"\xff"}):
-        await redis.xadd(stream, fields)
+    junk = [{FIELD: "{broken"}, {FIELD: encode_json(_as_dict(good) | {"threadId": "t2", "step": 99})},
+            {"x": "y"}, {FIELD: b"\xff"}, {FIELD: encode_json(_as_dict(good) | {"window": "a b"})},
+            {FIELD: encode_json(_as_dict(good) | {"step": 2**53})}]
+    for n in range(120):
+        await redis.xadd(stream, junk[n % len(junk)])
     with capture_logs() as logs:
         assert await DeliveryLog(redis, keys).last_step("t1") == 7
         agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
         await agent.start()
-    assert sum(1 for e in logs if e["event"] == "deliveries.bad_record") == 8
+    assert sum(1 for e in logs if e["event"] == "deliveries.bad_record") == 2 * 120
     assert agent.window.step(set()).step == 8
+    with pytest.raises(CorruptDataError, match="not a delivery record"):
+        await DeliveryLog(redis, keys).read("t1")
+    await redis.delete(stream)
+    await redis.xadd(stream, {FIELD: encode_json(_as_dict(good) | {"window": "a b"})})
+    with pytest.raises(CorruptDataError, match="'a b' is not a window name"):
+        await DeliveryLog(redis, keys).read("t1")
     await redis.delete(stream)
     await redis.set(stream, "x")
     with pytest.raises(CorruptDataError, match="not a stream"):

@@ -384,8 +384,24 @@ def test_resume_numbers_steps_after_the_given_one() -> None:
     assert loop.step().step == 43
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, "3", True, None])
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", True, None, 2**52 + 1])
 def test_resume_refuses_what_is_not_a_step(bad: Any) -> None:
-    """A step number is an int >= 0."""
+    """A step number is an int from 0 to MAX_RESUME_STEP (past it, steps would soon leave
+    the range the delivery log's readers accept)."""
     with pytest.raises(InvalidInputError, match="resume takes a step number"):
         WindowTracker("r:u").resume(bad)
+
+
+def test_every_step_and_message_names_the_window() -> None:
+    """The window's name is in each step result (the delivery log records it) and in each
+    message id; a given name is kept, a bad one refused."""
+    tracker = WindowTracker("r:u", window_id="pod-7.run_2")
+    loop = Loop()
+    loop.tracker = tracker
+    loop.write(_doc())
+    result = loop.step()
+    assert result.window == "pod-7.run_2" and ":pod-7.run_2." in result.add[0].id
+    assert result.add[0].delivery(thread_id="t", lane="r:u", at=None, window=result.window).window == "pod-7.run_2"
+    for bad in ("", "a b", "x" * 65, "a/b", 7):
+        with pytest.raises(InvalidInputError, match="window_id"):
+            WindowTracker("r:u", window_id=bad)  # type: ignore[arg-type]
