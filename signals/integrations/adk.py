@@ -16,7 +16,7 @@ What it does, on ``google-adk`` >= 2.13:
   (after its own event compaction, ``App(events_compaction_config=...)``, has replaced old
   events with a summary), so whatever a callback puts there lasts for that call only. The
   callback therefore runs the shared core's
-  :class:`~signals.integrations._core.EphemeralWindow`: each working-memory block is
+  :class:`~signals.integrations._windows.EphemeralWindow`: each working-memory block is
   re-inserted on every call right after the content it followed when it was added
   (contents are matched across calls by their content, since ADK gives them no id), so
   the prompt prefix stays byte-stable. When compaction (or a callback that trims
@@ -53,13 +53,13 @@ from typing import Any
 from signals.agent import AgentWorkingMemory
 from signals.errors import InvalidInputError
 from signals.integrations._core import (
-    EphemeralWindow,
     MessageCodec,
     content_identity,
     is_working_memory_system_text,
     is_working_memory_text,
     tool_spec,
 )
+from signals.integrations._windows import EphemeralWindow
 
 try:
     from google.adk.agents.callback_context import CallbackContext

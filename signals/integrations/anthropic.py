@@ -19,7 +19,7 @@ text, one block per delivery; a user turn given as a string becomes a list of bl
 When the newest message is not a user turn (an assistant prefill) they go in a new user
 turn after it. The list ``prepare`` returns is the history (a :class:`PersistentWindow`):
 trim it however the loop likes; a block trimmed away counts as dropped, and the next call
-re-injects a snapshot when the chain it held is gone (see :mod:`signals.integrations._core`).
+re-injects a snapshot when the chain it held is gone (see :mod:`signals.integrations._windows`).
 
 Deliveries: under state signals ``system(base)`` returns ``base`` unchanged on every call
 (byte-stable for the prompt cache); under ``delivery="system-message"`` it returns ``base``
@@ -38,13 +38,12 @@ from signals.errors import InvalidInputError
 from signals.integrations._core import (
     TOOL_NAME,
     MessageCodec,
-    PersistentWindow,
-    Prepared,
     combine_instructions,
     field,
     is_working_memory_text,
     tool_spec,
 )
+from signals.integrations._windows import PersistentWindow, Prepared
 
 if TYPE_CHECKING:
     from anthropic.types import ToolParam

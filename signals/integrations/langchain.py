@@ -17,7 +17,7 @@ What it does, on ``langchain`` >= 1.5 / ``langchain-core`` >= 1.8 (``create_agen
 ``AgentMiddleware``):
 
 * ``awrap_model_call`` runs the shared core's
-  :class:`~signals.integrations._core.EphemeralWindow` over ``request.messages`` (the
+  :class:`~signals.integrations._windows.EphemeralWindow` over ``request.messages`` (the
   graph state's messages, after every ``before_model`` middleware: summarisation or any
   trimming that rewrites the state) and hands the model a request with the working-memory
   messages in it. Nothing of it is written to the graph state: the checkpointed history
@@ -59,7 +59,6 @@ from typing import Any
 from signals.agent import AgentWorkingMemory
 from signals.errors import InvalidInputError
 from signals.integrations._core import (
-    EphemeralWindow,
     MessageCodec,
     combine_instructions,
     content_identity,
@@ -67,6 +66,7 @@ from signals.integrations._core import (
     is_working_memory_text,
     tool_spec,
 )
+from signals.integrations._windows import EphemeralWindow
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse

@@ -12,7 +12,7 @@ which the SDK (0.24) calls before every model call of a run, streamed or not
 both go through ``maybe_filter_model_input``), with ``CallModelData`` and
 whose ``ModelInputData(input, instructions)`` is what that ONE call sends; the SDK keeps
 none of it in the run's items or the session. So this is an
-:class:`~signals.integrations._core.EphemeralWindow`: the helper keeps its working-memory
+:class:`~signals.integrations._windows.EphemeralWindow`: the helper keeps its working-memory
 messages itself and re-inserts them on every call after the item they followed when
 added (items are matched by their ``id``/``call_id`` when they have one, else by content),
 so the prefix of the input stays byte-stable for the provider's prompt cache.
@@ -44,15 +44,14 @@ from typing import TYPE_CHECKING, Any
 from signals.agent import AgentWorkingMemory
 from signals.core.codec import encode_json
 from signals.integrations._core import (
-    EphemeralWindow,
     MessageCodec,
-    Prepared,
     combine_instructions,
     content_identity,
     field,
     is_working_memory_text,
     tool_spec,
 )
+from signals.integrations._windows import EphemeralWindow, Prepared
 
 if TYPE_CHECKING:
     from agents import RunConfig, Tool

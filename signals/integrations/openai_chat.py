@@ -17,7 +17,7 @@ Placement: each working-memory delivery is its own ``user`` message appended at 
 after the newest message: after the ``tool`` messages answering the last assistant tool
 call (the API requires them directly after the assistant's ``tool_calls``), never between.
 The list ``prepare`` returns is the history (a :class:`PersistentWindow`): trim it however
-the loop likes; see :mod:`signals.integrations._core` for what trimming does.
+the loop likes; see :mod:`signals.integrations._windows` for what trimming does.
 
 Deliveries: under state signals the system messages are never touched. Under
 ``delivery="system-message"`` ``prepare`` puts Mastra's working-memory system message, read
@@ -36,13 +36,12 @@ from signals.core.codec import encode_json
 from signals.integrations._core import (
     TOOL_NAME,
     MessageCodec,
-    PersistentWindow,
-    Prepared,
     field,
     is_working_memory_system_text,
     is_working_memory_text,
     tool_spec,
 )
+from signals.integrations._windows import PersistentWindow, Prepared
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionFunctionToolParam

@@ -21,7 +21,7 @@ What it does, through the capability hooks of ``pydantic-ai-slim`` >= 2.68 (v2 r
 like this one):
 
 * ``before_model_request`` (once per model request, before any attempt) runs the shared
-  core's :class:`~signals.integrations._core.PersistentWindow` over the request's messages
+  core's :class:`~signals.integrations._windows.PersistentWindow` over the request's messages
   and writes the result both into the request and into the run's history
   (``RunContext.messages``), as ``ProcessHistory`` does. The working-memory blocks are
   therefore part of ``result.all_messages()``: the history an application stores and
@@ -63,13 +63,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from signals.agent import AgentWorkingMemory
-from signals.integrations._core import (
-    MessageCodec,
-    PersistentWindow,
-    is_working_memory_system_text,
-    is_working_memory_text,
-    tool_spec,
-)
+from signals.integrations._core import MessageCodec, is_working_memory_system_text, is_working_memory_text, tool_spec
+from signals.integrations._windows import PersistentWindow
 
 try:
     from pydantic_ai.capabilities import AbstractCapability

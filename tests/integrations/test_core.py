@@ -1,4 +1,4 @@
-"""The shared adapter core (signals.integrations._core) over a plain dict codec, on real Redis.
+"""The shared adapter core (signals.integrations._core and ._windows) over a plain dict codec, on real Redis.
 
 The framework tests drive the same code through each framework's real loop; these pin the
 core's own rules: the alignment of a trimmed list, the text tests, both window kinds.
@@ -28,15 +28,12 @@ from signals.core.system_message import working_memory_system_message
 from signals.errors import InvalidInputError
 from signals.integrations._core import (
     TOOL_NAME,
-    EphemeralWindow,
     MessageCodec,
-    PersistentWindow,
-    _align,
-    _align_linear,
     combine_instructions,
     is_working_memory_system_text,
     is_working_memory_text,
 )
+from signals.integrations._windows import EphemeralWindow, PersistentWindow, _align, _align_linear
 from signals.integrations.anthropic import AnthropicWorkingMemory
 from signals.integrations.openai_agents import ResponsesItemCodec
 from signals.integrations.openai_chat import OpenAIChatWorkingMemory

@@ -24,7 +24,8 @@ from signals.agent import AgentWorkingMemory
 from signals.core.codec import FIELD, encode_json
 from signals.core.lane import LaneOptions, LaneTracking, advance
 from signals.core.models import WriteEvent
-from signals.integrations._core import EphemeralWindow, PersistentWindow, is_working_memory_text
+from signals.integrations._core import is_working_memory_text
+from signals.integrations._windows import EphemeralWindow, PersistentWindow
 from signals.streams.client import connect
 from signals.streams.keys import Keys
 from tests.integrations.support import rebuild
