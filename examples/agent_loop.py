@@ -105,8 +105,8 @@ async def main(url: str, namespace: str | None = None, partitions: int | None = 
             messages.append({"role": "assistant", "content": text})
             ids.append(None)
             messages, ids = messages[-5:], ids[-5:]  # the loop keeps a 5-message window
-        view = await wm.log.view_at(thread, 9) if wm.log else None
-        print("what the model could rebuild at step 9:", view.version if view else None)
+        view = await wm.log.view_at(thread, wm.last_step, window=wm.window.window_id) if wm.log else None
+        print(f"what the model could rebuild at step {wm.last_step}:", view.version if view else None)
         print(view.text if view else "")
         stop.set()
     await redis.aclose()

@@ -90,7 +90,8 @@ async def main(url: str) -> None:
                 print(f"  + v{inj.version} {inj.mode} ({inj.reason})")
             print(f"  -> {result.final_output}")
         log = wm.agent.log
-        view = await log.view_at("chat-1", wm.last.result.step) if log and wm.last else None
+        last = wm.last.result if wm.last else None
+        view = await log.view_at("chat-1", last.step, window=last.window) if log and last else None
         print("what the model could rebuild at the last call:", view.version if view else None)
         print(view.text if view else "")
         stop.set()

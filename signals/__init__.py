@@ -52,10 +52,11 @@ from signals.streams.client import (
     RedisLoadingError,
     RedisOutOfMemoryError,
     RedisReadOnlyError,
+    RedisScriptBusyError,
     TLSOptions,
     connect,
 )
-from signals.streams.deliveries import DeliveryLog, ModelView
+from signals.streams.deliveries import NO_WINDOW, DeliveryLog, ModelView
 from signals.streams.durability import Durability
 from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import Materialised, materialise, read_signals
@@ -67,6 +68,7 @@ from signals.tool import handle_tool_call, tool_definition
 
 __all__ = (
     "DEFAULT_TEMPLATE",
+    "NO_WINDOW",
     "AgentWorkingMemory",
     "Attributes",
     "Client",
@@ -94,6 +96,7 @@ __all__ = (
     "RedisLoadingError",
     "RedisOutOfMemoryError",
     "RedisReadOnlyError",
+    "RedisScriptBusyError",
     "RedisUnavailableError",
     "ScenarioError",
     "SchemaValidationError",

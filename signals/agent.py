@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import anyio
+
 from signals._log import get_logger
 from signals.core.cachekey import cache_key, js_trim
 from signals.core.memory import WorkingMemoryConfig
@@ -133,6 +135,7 @@ class AgentWorkingMemory:
         self._steps = 0  # system-message delivery: its own step count (the tracker is unused)
         self._logged_key: str | None = None  # system-message delivery: the cacheKey last logged
         self._resumed = False  # steps numbered after the delivery log's last record (start or first call)
+        self._resuming = anyio.Lock()
 
     async def start(self) -> list[Materialised]:
         """Read the lane's current state (call once before the first model call).
@@ -159,18 +162,18 @@ class AgentWorkingMemory:
 
     async def _resume_steps(self) -> None:
         """Number this process's steps after the delivery log's last record (once)."""
-        if self._resumed:
-            return
-        self._resumed = True
-        if self.log is None or self.thread_id is None:
-            return
-        try:
-            last = await self.log.last_step(self.thread_id)
-        except CorruptDataError as e:  # the log's key is not a stream: recording names it, at each call
-            logger.warning("agent.delivery_log_unreadable", thread_id=self.thread_id, problem=str(e))
-            last = 0
-        self.window.resume(last)
-        self._steps = max(self._steps, last)
+        async with self._resuming:  # a call made while start() resumes waits for it
+            if self._resumed:
+                return
+            if self.log is not None and self.thread_id is not None:
+                try:
+                    last = await self.log.last_step(self.thread_id)  # a Redis error: not resumed, tried again
+                except CorruptDataError as e:  # the key is not a stream: recording names it, at each call
+                    logger.warning("agent.delivery_log_unreadable", thread_id=self.thread_id, problem=str(e))
+                    last = 0
+                self.window.resume(last)
+                self._steps = max(self._steps, last)
+            self._resumed = True
 
     def _offer(self, items: Iterable[Materialised]) -> None:
         for item in items:

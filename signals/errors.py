@@ -101,7 +101,8 @@ class RedisUnavailableError(WmSignalsError):
 
 class RedisBusyError(RedisUnavailableError):
     """Raised when Redis answers but refuses work for a while: out of memory under
-    ``noeviction``, loading its dataset, a read-only replica, a cluster reconfiguring."""
+    ``noeviction``, loading its dataset, a read-only replica, a script running past the
+    busy threshold, a cluster reconfiguring."""
 
 
 class DurabilityError(WmSignalsError):

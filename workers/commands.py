@@ -23,6 +23,7 @@ from signals.core.models import Scope
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.store import WorkingMemoryStore
 from workers.connection import add_durability_args, add_sentinel_args
+from workers.display import body, json_line
 from workers.logging import configure_logging
 from workers.runtime import open_client, resolve_redis, run
 from workers.settings import Settings
@@ -181,11 +182,9 @@ def _cmd_get(args: argparse.Namespace) -> int:
             print("wm-signals: no working memory stored for that lane", file=sys.stderr)
             return 1
         if args.json:
-            from signals.core.codec import encode_json  # noqa: PLC0415
-
-            print(encode_json({"lane": doc.lane, "version": doc.version, "format": doc.format, "data": doc.data}))
-        else:
-            print(doc.data)
+            print(json_line({"lane": doc.lane, "version": doc.version, "format": doc.format, "data": doc.data}))
+        else:  # the text as stored into a pipe or file; on a terminal, no control sequence runs
+            print(body(doc.data) if sys.stdout.isatty() else doc.data)
         return 0
 
     return run_async(main)

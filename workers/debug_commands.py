@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from signals.core.codec import encode_json
 from signals.core.diff import unified_patch
 from signals.core.models import Delivery, Signal
 from signals.core.retention import Retention
@@ -31,7 +30,7 @@ from signals.streams.replay import Materialised, iter_signals, materialise, trim
 from signals.streams.status import inspect
 from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
-from workers.display import body, field, literal, signal_record
+from workers.display import body, field, json_line, literal, signal_record
 from workers.runtime import open_client
 
 __all__ = ("register",)
@@ -106,7 +105,7 @@ def _show_deliveries(deliveries: list[Delivery], *, as_json: bool) -> None:
     """``replay --deliveries``: one line per record (its step, and its window in brackets)."""
     for d in deliveries:
         if as_json:
-            sys.stdout.write(encode_json(d) + "\n")
+            sys.stdout.write(json_line(d) + "\n")
             continue
         # a coalesced catch-up delta carries versions baseVersion+1..version
         versions = f"v{d.version}" if d.base_version is None else f"v{d.base_version + 1}..{d.version}"
@@ -152,7 +151,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
                 previous = item.value
                 continue
             if args.json:
-                sys.stdout.write(encode_json({**signal_record(item), "firstRetainedVersion": first_retained}) + "\n")
+                sys.stdout.write(json_line({**signal_record(item), "firstRetainedVersion": first_retained}) + "\n")
             else:
                 _print_item(item, previous)
             previous = item.value
@@ -250,7 +249,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         async with open_client(settings) as redis:
             report = await inspect(redis, settings.keys(), top=args.top)
         if args.json:
-            print(encode_json({"partitions": [_partition_dict(p) for p in report.partitions],
+            print(json_line({"partitions": [_partition_dict(p) for p in report.partitions],
                                "totals": report.totals, "busiest": report.busiest}))
             return 0
         table = Table(title=f"namespace {settings.namespace}")
@@ -290,7 +289,7 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
                             else literal(entry.problem or ""))
                     print(f"{entry.id}  partition {entry.partition}  {what}")
             elif args.action == "show":
-                print(encode_json((await dlq.get(_need_id(args))).letter))
+                print(json_line((await dlq.get(_need_id(args))).letter))
             elif args.action == "requeue":
                 print(f"requeued as {await dlq.requeue(_need_id(args))}")
             else:

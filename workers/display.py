@@ -4,7 +4,10 @@ Everything shown comes from Redis or an export file, so none of it is trusted: a
 printed inside console markup is escaped (:func:`field`: a lane named ``[/]`` is shown as
 itself, not parsed as a closing tag), and no control character but a document's newlines
 and tabs reaches the terminal (:func:`body`: an escape sequence in a document is shown as
-``\x1b``, not run by the terminal).
+``\x1b``, not run by the terminal), nor a bidirectional-text control that would show the
+text in another order than it has. JSON lines (:func:`json_line`) carry the same strings
+with those characters as ``\\u`` escapes: a program reading them gets the text as it is,
+a terminal showing them runs nothing.
 """
 
 from __future__ import annotations
@@ -20,10 +23,19 @@ from signals.core.render import signal_markup
 from signals.core.tokens import approx_tokens
 from signals.streams.replay import Materialised
 
-__all__ = ("body", "field", "literal", "print_signal", "signal_record")
+__all__ = ("body", "field", "json_line", "literal", "print_signal", "signal_record")
 
 _console = Console(highlight=False, soft_wrap=True)
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Bidirectional-text controls (they reorder what a terminal shows: "Trojan Source").
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+#: What JSON leaves raw but a terminal acts on: C1 controls and the bidi controls.
+_JSON_UNSAFE = re.compile(f"[\x7f-\x9f{_BIDI}]")
+
+
+def json_line(value: object) -> str:
+    """``value`` as one JSON line (no newline) safe to print: C1 and bidi controls escaped."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", encode_json(value))
 
 
 def literal(text: str) -> str:
@@ -55,7 +67,7 @@ def signal_record(item: Materialised) -> dict[str, object]:
 def print_signal(item: Materialised, *, as_json: bool) -> None:
     """Print one signal: a JSON line, or a header plus the markup the model reads."""
     if as_json:
-        sys.stdout.write(encode_json(signal_record(item)) + "\n")
+        sys.stdout.write(json_line(signal_record(item)) + "\n")
         sys.stdout.flush()
         return
     s = item.signal

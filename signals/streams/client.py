@@ -30,7 +30,8 @@ from signals.core._time import now_iso
 from signals.errors import InvalidInputError, RedisBusyError
 
 __all__ = (
-    "RESP_OPTIONS", "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError", "TLSOptions",
+    "RESP_OPTIONS", "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError",
+    "RedisScriptBusyError", "TLSOptions",
     "connect", "lindex", "lua", "now_iso", "queue_script", "redact_url", "smembers", "wrap_connection_class", "xrange",
     "xread",
 )
@@ -244,8 +245,16 @@ class RedisReadOnlyError(redis_exc.ReadOnlyError, RedisBusyError):
     condition = "a read-only replica"
 
 
+class RedisScriptBusyError(redis_exc.ResponseError, RedisBusyError):
+    """Redis is running a script past its busy threshold and answers nothing else until it
+    ends or is killed (``BUSY``)."""
+
+    condition = "busy running a script"
+
+
 _BUSY_REPLIES: dict[str, type[Exception]] = {
     "OOM": RedisOutOfMemoryError, "LOADING": RedisLoadingError, "READONLY": RedisReadOnlyError,
+    "BUSY": RedisScriptBusyError,
 }
 
 

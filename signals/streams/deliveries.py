@@ -47,7 +47,11 @@ from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
 from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
 
-__all__ = ("DeliveryLog", "ModelView")
+__all__ = ("NO_WINDOW", "DeliveryLog", "ModelView")
+
+#: ``view_at(..., window=NO_WINDOW)``: the records that name no window (written before
+#: records named one). No window is named so (a name has at least one character).
+NO_WINDOW = ""
 
 log = get_logger(__name__)
 
@@ -120,28 +124,33 @@ class DeliveryLog:
 
         Reads the newest entry, and pages further back only past entries that are not
         records of this thread (or name a step past
-        :data:`~signals.core.window.MAX_RESUME_STEP`): each is passed over with a warning
-        (the log's readers still refuse it: it is evidence of tampering, not a reason for
-        the agent not to start). The log is bounded by its retention, so is the walk.
+        :data:`~signals.core.window.MAX_RESUME_STEP`), up to ``retention`` of them: they are
+        passed over, with one warning saying how many (the log's readers still refuse them:
+        they are evidence of tampering, not a reason for the agent not to start).
 
         Raises:
             CorruptDataError: the log's key holds something other than a stream (names it).
         """
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
-        end, count = "+", 1
-        while entries := await xrange_entries(self.redis, stream, end=end, count=count, newest_first=True):
-            for entry in entries:
-                try:
-                    step = _decode(stream, thread_id, entry).step
-                except CorruptDataError as e:
-                    log.warning("deliveries.bad_record", stream=stream, entry_id=entry[0], problem=str(e))
-                    continue
-                if step <= MAX_RESUME_STEP:
-                    return step
-                log.warning("deliveries.bad_record", stream=stream, entry_id=entry[0],
-                            problem=f"step {step} is past any a window reaches ({MAX_RESUME_STEP})")
-            end, count = "(" + entries[-1][0], _LAST_STEP_PAGE
-        return 0
+        end, count, passed, problem = "+", 1, 0, ""
+        try:
+            while passed < self.retention and (
+                    entries := await xrange_entries(self.redis, stream, end=end, count=count, newest_first=True)):
+                for entry in entries:
+                    try:
+                        step = _decode(stream, thread_id, entry).step
+                    except CorruptDataError as e:
+                        passed, problem = passed + 1, problem or str(e)
+                        continue
+                    if step <= MAX_RESUME_STEP:
+                        return step
+                    passed += 1
+                    problem = problem or f"entry {entry[0]}: step {step} is past any a window reaches"
+                end, count = "(" + entries[-1][0], _LAST_STEP_PAGE
+            return 0
+        finally:
+            if passed:  # one line for the lot: a log full of junk must not flood the agent's log
+                log.warning("deliveries.bad_records", stream=stream, passed_over=passed, first_problem=problem[:300])
 
     async def _entries(self, thread_id: str, from_step: int = 0,
                        to_step: int | None = None) -> list[tuple[str, Delivery]]:
@@ -162,32 +171,36 @@ class DeliveryLog:
         """What the model of ``window`` could rebuild at its ``step`` (``None`` before any
         delivery of that window). Without ``window``: the window of the newest record at or
         before ``step`` (see the module docstring; ``replay --deliveries`` shows each
-        record's window).
+        record's window); :data:`NO_WINDOW` asks for the records that name none (written
+        before windows were recorded).
 
         The last snapshot delivered at or before ``step``, then the deltas after it in
         order; a delta of a version already applied is a re-delivery (the window had
         lost its copy) and changes nothing. A coalesced delta (``base_version`` set)
         applies to the text at its base version and carries every version up to its
-        own: its base is the version reached so far, or an earlier one delivered since
-        the last snapshot or before it (the window kept an older chain and caught up
-        from there). Every text is checked against its cacheKey.
+        own: its base is the version reached so far, or an earlier one this window was
+        delivered since the last snapshot or before it (it kept an older chain and caught
+        up from there). Every text is checked against its cacheKey.
 
         Raises:
             CorruptDataError: a bad entry, a version gap, a delta that does not apply or
                 a text that does not match its cacheKey (names the entry).
         """
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
-        if window is not None and not (isinstance(window, str) and WINDOW_ID.fullmatch(window)):
+        if window not in (None, NO_WINDOW) and not (isinstance(window, str) and WINDOW_ID.fullmatch(window)):
             raise InvalidInputError(f"window is a window name (as replay --deliveries shows it), not {window!r}")
         records = await self._entries(thread_id, to_step=step)
         texts, checked = _rebuilt(stream, records)  # every record checked: the texts are the lane's
-        if window is None and records:
-            window = records[-1][1].window
-        records = [(entry_id, r) for entry_id, r in records if r.window == window]
+        if window is None:
+            if not records:
+                return None
+            window = records[-1][1].window or NO_WINDOW
+        records = [(entry_id, r) for entry_id, r in records if (r.window or NO_WINDOW) == window]
         snapshot = max((i for i, (_, r) in enumerate(records) if r.mode == "snapshot"), default=None)
         if snapshot is None:
             return None
         chain = records[snapshot:]
+        held = {r.version for _, r in records[: snapshot + 1]}  # what this window's model could rebuild
         version = chain[0][1].version
         for entry_id, record in chain[1:]:
             if entry_id not in checked:  # after a snapshot every record can be checked
@@ -195,11 +208,12 @@ class DeliveryLog:
             if record.version <= version:  # a re-delivery (checked like every record)
                 continue
             base = _base(record)
-            if not (base == version or (record.base_version is not None and base < version and base in texts)):
+            if not (base == version or (record.base_version is not None and base < version and base in held)):
                 raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta of version {record.version} "
                                        f"(applies to {base}) follows version {version}")
             version = record.version
-        return ModelView(step, version, texts[version], tuple(r for _, r in chain), window)
+            held.add(version)
+        return ModelView(step, version, texts[version], tuple(r for _, r in chain), window or None)
 
 
 def _base(record: Delivery) -> int:
@@ -218,9 +232,11 @@ def _rebuilt(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[int
     cacheKey; a delta must apply to the text of the version it names and give its
     cacheKey's text, re-deliveries included (one of a version already seen was taken as it
     was, unchecked: a forged record could sit in the chain). A delta whose base no earlier
-    record rebuilds is refused, unless that base is older than the log's first snapshot
-    (retention trimmed the records that rebuild it, or the window kept a chain from before
-    them): it cannot be checked, rebuilds nothing, and is left out of the ids.
+    record rebuilds is refused, unless that base is older than the first retained snapshot
+    of the record's own window, or its window has none (retention trimmed the records that
+    rebuild it, or the window kept a chain from before them; another window's snapshots
+    say nothing of what this one held): it cannot be checked, rebuilds nothing, and is left
+    out of the ids.
 
     Raises:
         CorruptDataError: a text that does not match its cacheKey, a delta that does not
@@ -228,13 +244,16 @@ def _rebuilt(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[int
     """
     texts: dict[int, str] = {}
     checked: set[str] = set()
-    first = next((r.version for _, r in records if r.mode == "snapshot"), None)
+    first: dict[str | None, int] = {}  # per window: the version of its first retained snapshot
+    for _, record in records:
+        if record.mode == "snapshot":
+            first.setdefault(record.window, record.version)
     for entry_id, record in records:
         if record.mode == "snapshot":
             text = record.contents
         elif (base := _base(record)) in texts:
             text = _apply(stream, entry_id, record, texts[base])
-        elif first is None or base < first:
+        elif record.window not in first or base < first[record.window]:
             continue
         else:
             raise _unknown_base(stream, entry_id, record)

@@ -8,7 +8,8 @@ reads it back with no Redis and rebuilds or verifies it with
 :func:`signals.streams.replay.materialise`.
 
 This module only writes and reads the format: it does not talk to Redis and checks
-nothing beyond each record's shape (reading a file is not verifying it).
+nothing beyond each record's shape, a delivery's window name included (reading a file is
+not verifying it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import msgspec
 
 from signals.core.codec import encode_json
 from signals.core.models import Delivery, Signal
+from signals.core.window import WINDOW_ID
 from signals.errors import InvalidInputError
 
 __all__ = ("LaneExport", "decode_export", "encode_export", "read_export", "write_export")
@@ -73,6 +75,9 @@ def decode_export(data: bytes, *, source: str = "export") -> LaneExport:
         if record.kind == "signal" and record.signal is not None:
             out.signals.append((record.entry_id or str(number), record.signal))
         elif record.kind == "delivery" and record.delivery is not None:
+            window = record.delivery.window
+            if window is not None and not WINDOW_ID.fullmatch(window):  # shown as a name by replay
+                raise InvalidInputError(f"{source} line {number}: window {window[:80]!r} is not a window name")
             out.deliveries.append(record.delivery)
         else:
             raise InvalidInputError(f"{source} line {number}: unknown record kind {record.kind!r}")

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
 import anyio
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from signals.agent import AgentWorkingMemory
+from signals.core.cachekey import cache_key
+from signals.core.codec import FIELD, encode_json
+from signals.core.diff import unified_patch
 from signals.core.memory import WorkingMemoryConfig
-from signals.errors import InvalidInputError
+from signals.core.models import Attributes, Delivery
+from signals.errors import CorruptDataError, InvalidInputError, WmSignalsError
 from signals.streams.client import connect
-from signals.streams.deliveries import DeliveryLog
+from signals.streams.deliveries import NO_WINDOW, DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
@@ -128,6 +134,42 @@ async def test_a_restarted_agent_continues_the_logs_steps(redis_server: RedisSer
         await log.view_at("t1", 3, window="no such/window")
 
 
+async def test_a_start_that_failed_is_resumed_when_tried_again(redis_server: RedisServer, redis: Redis,
+                                                              keys: Keys) -> None:
+    """Redis busy while start() reads the log's last step (a script running past the busy
+    threshold: a real, passing server condition): start() fails; tried again once Redis
+    answers, it numbers after the log's last record (a failed read once left steps from 1)."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.create_thread("t1", "u")
+    await store.replace("u", _doc(1))
+    earlier = Delivery(thread_id="t1", step=40, lane="r:u", version=1, mode="snapshot", reason="bootstrap",
+                       cache_key=cache_key("markdown", _doc(1)), contents=_doc(1),
+                       attributes=Attributes(format="markdown", scope="resource"), window="earlier")
+    await redis.xadd(keys.deliveries("t1"), {FIELD: encode_json(earlier)})
+    threshold = (await redis.config_get("busy-reply-threshold"))["busy-reply-threshold"]
+    blocker = connect(redis_server.url)
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
+    try:
+        await redis.config_set("busy-reply-threshold", 20)
+        async with anyio.create_task_group() as tg:
+            async def busy() -> None:
+                with contextlib.suppress(ResponseError):  # ended by SCRIPT KILL
+                    await blocker.eval("while true do end", 0)
+
+            tg.start_soon(busy)
+            await anyio.sleep(0.3)
+            with pytest.raises(WmSignalsError, match="busy"):
+                await agent.start()
+            admin = connect(redis_server.url)
+            await admin.script_kill()
+            await admin.aclose()
+    finally:
+        await redis.config_set("busy-reply-threshold", threshold)
+        await blocker.aclose()
+    await agent.start()
+    assert agent.window.step(set()).step == 41
+
+
 async def test_an_agent_that_was_not_started_still_continues_the_steps(redis: Redis, keys: Keys) -> None:
     """System-message delivery needs no start(): the first model call numbers after the
     log's last record (the first process's steps 2 and 3 resent the same text: not logged)."""
@@ -141,6 +183,61 @@ async def test_an_agent_that_was_not_started_still_continues_the_steps(redis: Re
     records = await DeliveryLog(redis, keys).read("t1")
     assert [(r.step, r.version) for r in records] == [(1, 1), (2, 2)]  # not (1, 2): numbered after the log
     assert agent.last_step == 4
+
+
+def _record(step: int, version: int, window: str | None, base: int | None = None) -> dict[str, str]:
+    """A genuine delivery record of ``_doc(version)``: a snapshot, or a delta from ``_doc(base)``."""
+    if base is None:
+        contents, attrs = _doc(version), Attributes(format="markdown", scope="resource")
+    else:
+        contents = unified_patch(_doc(base), _doc(version))
+        attrs = Attributes(format="markdown", scope="resource", patch="unified-diff")
+    coalesced = base if base is not None and base < version - 1 else None
+    record = Delivery(thread_id="t1", step=step, lane="r:u", version=version,
+                      mode="snapshot" if base is None else "delta", reason="new",
+                      cache_key=cache_key("markdown", _doc(version)), contents=contents, attributes=attrs,
+                      window=window, base_version=coalesced)
+    return {FIELD: encode_json(record)}
+
+
+async def test_a_delta_whose_window_lost_its_snapshot_to_retention_is_not_corrupt(redis: Redis, keys: Keys) -> None:
+    """Two windows overlap; retention trims B's snapshot but A's (older version) stays: B's
+    delta cannot be checked and is passed over, not taken for tampering (A's snapshot says
+    nothing of what B held)."""
+    stream = keys.deliveries("t1")
+    for fields in (_record(1, 4, "A"), _record(2, 6, "B", base=5)):  # B's snapshot of v5 was trimmed
+        await redis.xadd(stream, fields)
+    log = DeliveryLog(redis, keys)
+    assert [r.version for r in await log.read("t1")] == [4, 6]
+    assert await log.view_at("t1", 2, window="B") is None
+    view = await log.view_at("t1", 2, window="A")
+    assert view is not None and view.text == _doc(4)
+
+
+async def test_records_without_a_window_are_asked_for_with_no_window(redis: Redis, keys: Keys) -> None:
+    """Records written before windows were recorded are one window, NO_WINDOW; the
+    automatic choice is the window of the newest record at or before the step."""
+    stream = keys.deliveries("t1")
+    for fields in (_record(1, 1, None), _record(2, 2, None, base=1), _record(2, 3, "new")):
+        await redis.xadd(stream, fields)
+    log = DeliveryLog(redis, keys)
+    view = await log.view_at("t1", 2, window=NO_WINDOW)
+    assert view is not None and view.text == _doc(2) and view.window is None
+    view = await log.view_at("t1", 2)
+    assert view is not None and view.text == _doc(3) and view.window == "new"
+
+
+async def test_a_catch_up_from_a_version_another_window_held_is_corrupt(redis: Redis, keys: Keys) -> None:
+    """A coalesced delta applies to a version its own window held: v3 was only ever in
+    window A, so B's delta from v3 is not one B's tracker made (a forged record)."""
+    stream = keys.deliveries("t1")
+    for fields in (_record(1, 3, "A"), _record(1, 1, "B"), _record(2, 4, "B", base=1), _record(3, 5, "B", base=3)):
+        await redis.xadd(stream, fields)
+    log = DeliveryLog(redis, keys)
+    view = await log.view_at("t1", 2, window="B")
+    assert view is not None and view.text == _doc(4)
+    with pytest.raises(CorruptDataError, match="applies to 3"):
+        await log.view_at("t1", 3, window="B")
 
 
 async def test_tool_writes_and_returns_errors_to_the_model(redis: Redis, keys: Keys) -> None:

@@ -22,7 +22,7 @@ EXPECTED = frozenset({
     # the tool
     "handle_tool_call", "tool_definition",
     # replay, verification, delivery logs, signing
-    "DeliveryLog", "Materialised", "ModelView", "Signer", "VerifyReport", "materialise", "read_signals",
+    "DeliveryLog", "NO_WINDOW", "Materialised", "ModelView", "Signer", "VerifyReport", "materialise", "read_signals",
     "verify_lane",
     # wire types, rendering, the simulator
     "Attributes", "Delivery", "Signal", "WriteEvent", "render_markup", "run_scenario",
@@ -30,7 +30,7 @@ EXPECTED = frozenset({
     "ConflictError", "CorruptDataError", "DocumentTooLargeError", "DurabilityError", "EmptyTemplateOverwriteError",
     "GroupMissingError", "InvalidInputError", "MissingDependencyError", "NamespaceMismatchError", "PatchError",
     "ReadOnlyError",
-    "RedisBusyError", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError",
+    "RedisBusyError", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError", "RedisScriptBusyError",
     "RedisUnavailableError", "ScenarioError", "SchemaValidationError", "ThreadOwnerError", "VerifyError",
     "WmSignalsError",
 })
