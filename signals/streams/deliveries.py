@@ -190,12 +190,15 @@ class DeliveryLog:
         if window not in (None, NO_WINDOW) and not (isinstance(window, str) and WINDOW_ID.fullmatch(window)):
             raise InvalidInputError(f"window is a window name (as replay --deliveries shows it), not {window!r}")
         records = await self._entries(thread_id, to_step=step)
-        texts, checked = _rebuilt(stream, records)  # every record checked: the texts are the lane's
+        texts, checked = _rebuilt(stream, records)  # every record checked: the texts are the lanes'
         if window is None:
             if not records:
                 return None
             window = records[-1][1].window or NO_WINDOW
         records = [(entry_id, r) for entry_id, r in records if (r.window or NO_WINDOW) == window]
+        if records:  # a window delivers one lane (records naming no window: the newest one's)
+            lane = records[-1][1].lane
+            records = [(entry_id, r) for entry_id, r in records if r.lane == lane]
         snapshot = max((i for i, (_, r) in enumerate(records) if r.mode == "snapshot"), default=None)
         if snapshot is None:
             return None
@@ -213,7 +216,7 @@ class DeliveryLog:
                                        f"(applies to {base}) follows version {version}")
             version = record.version
             held.add(version)
-        return ModelView(step, version, texts[version], tuple(r for _, r in chain), window or None)
+        return ModelView(step, version, texts[chain[0][1].lane, version], tuple(r for _, r in chain), window or None)
 
 
 def _base(record: Delivery) -> int:
@@ -226,9 +229,10 @@ def _unknown_base(stream: str, entry_id: str, record: Delivery) -> CorruptDataEr
                             f"applies to version {_base(record)}, which no earlier record rebuilds")
 
 
-def _rebuilt(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[int, str], set[str]]:
-    """Check every record of a log (oldest first); return the texts they rebuild, by
-    version, and the ids of the records checked. A snapshot's text must match its
+def _rebuilt(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[tuple[str, int], str], set[str]]:
+    """Check every record of a log (oldest first); return the texts they rebuild, by lane
+    and version (one thread's log may hold the windows of several lanes: a profile agent
+    and a plan agent), and the ids of the records checked. A snapshot's text must match its
     cacheKey; a delta must apply to the text of the version it names and give its
     cacheKey's text, re-deliveries included (one of a version already seen was taken as it
     was, unchecked: a forged record could sit in the chain). A delta whose base no earlier
@@ -242,23 +246,23 @@ def _rebuilt(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[int
         CorruptDataError: a text that does not match its cacheKey, a delta that does not
             apply or whose base is unknown (names the entry).
     """
-    texts: dict[int, str] = {}
+    texts: dict[tuple[str, int], str] = {}  # by lane and version: one thread's log may hold several lanes
     checked: set[str] = set()
-    first: dict[str | None, int] = {}  # per window: the version of its first retained snapshot
+    first: dict[tuple[str, str | None], int] = {}  # per lane and window: its first retained snapshot's version
     for _, record in records:
         if record.mode == "snapshot":
-            first.setdefault(record.window, record.version)
+            first.setdefault((record.lane, record.window), record.version)
     for entry_id, record in records:
         if record.mode == "snapshot":
             text = record.contents
-        elif (base := _base(record)) in texts:
-            text = _apply(stream, entry_id, record, texts[base])
-        elif record.window not in first or base < first[record.window]:
+        elif (record.lane, base := _base(record)) in texts:
+            text = _apply(stream, entry_id, record, texts[record.lane, base])
+        elif (where := (record.lane, record.window)) not in first or base < first[where]:
             continue
         else:
             raise _unknown_base(stream, entry_id, record)
         _check_key(stream, entry_id, record, text)
-        texts[record.version] = text
+        texts[record.lane, record.version] = text
         checked.add(entry_id)
     return texts, checked
 

@@ -214,6 +214,25 @@ async def test_a_delta_whose_window_lost_its_snapshot_to_retention_is_not_corrup
     assert view is not None and view.text == _doc(4)
 
 
+async def test_a_thread_log_with_two_lanes_rebuilds_each(redis: Redis, keys: Keys) -> None:
+    """A profile agent (resource lane) and a plan agent (thread lane) log into one thread:
+    each lane's versions are its own (the demo's thread read as corrupt: the plan's v1 was
+    taken for the profile's)."""
+    plan = "# Plan\n- day 1: temples\n- day 2: markets"
+    attrs = Attributes(format="markdown", scope="thread")
+    plan_record = Delivery(thread_id="t1", step=1, lane="t:t1", version=1, mode="snapshot", reason="bootstrap",
+                           cache_key=cache_key("markdown", plan), contents=plan, attributes=attrs, window="plan")
+    stream = keys.deliveries("t1")
+    for fields in (_record(1, 1, "profile"), {FIELD: encode_json(plan_record)}, _record(2, 2, "profile", base=1)):
+        await redis.xadd(stream, fields)
+    log = DeliveryLog(redis, keys)
+    assert [(r.lane, r.version) for r in await log.read("t1")] == [("r:u", 1), ("t:t1", 1), ("r:u", 2)]
+    view = await log.view_at("t1", 2, window="profile")
+    assert view is not None and view.text == _doc(2)
+    view = await log.view_at("t1", 2, window="plan")
+    assert view is not None and view.text == plan
+
+
 async def test_records_without_a_window_are_asked_for_with_no_window(redis: Redis, keys: Keys) -> None:
     """Records written before windows were recorded are one window, NO_WINDOW; the
     automatic choice is the window of the newest record at or before the step."""
