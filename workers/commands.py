@@ -215,6 +215,7 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
 
         from signals.core.signing import Signer  # noqa: PLC0415
         from signals.streams.keys import lane_id  # noqa: PLC0415
+        from signals.streams.replay import xrange_entries  # noqa: PLC0415
         from signals.streams.subscribe import Subscription  # noqa: PLC0415
         from workers.display import print_signal  # noqa: PLC0415
 
@@ -222,10 +223,11 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
             key = settings.signing_key_bytes()
             lane = lane_id(scope, args.resource, args.thread)
             stream = settings.keys().signals(lane)
-            kind = str(await redis.type(stream))
-            if kind not in ("stream", "none"):  # the library's live reader waits for a repair; a command says so
-                raise CorruptDataError(f"{stream} is a {kind}, not a signal stream (a worker repairs it at the "
-                                       "lane's next write)")
+            try:  # XRANGE + + reads nothing from a stream or no key: a probe every reading role may run (not TYPE)
+                await xrange_entries(redis, stream, start="+", end="+")
+            except CorruptDataError as e:  # the library's live reader waits for a repair; a command says so
+                raise CorruptDataError(f"{stream} is not a signal stream (a worker repairs it at the lane's "
+                                       "next write)") from e
             sub = Subscription(redis, settings.keys(), lane, block_ms=1000, signer=Signer(key) if key else None)
             seen = 0
             with anyio.move_on_after(args.timeout):

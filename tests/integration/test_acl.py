@@ -446,6 +446,13 @@ async def test_roles_run_the_pipeline(server: RedisServer, admin: Redis, clients
                     ["replay", "--thread", "t-e2e", "--deliveries"]):
         proc = await anyio.run_process([sys.executable, "-m", "workers", *command, *common], cwd=ROOT, check=False)
         assert proc.returncode == 0, (command, proc.stderr.decode())
+    # every role that reads signals tails a lane from the CLI (it asked TYPE, which only the worker may)
+    for role in ("reader", "agent", "writer", "operator"):
+        proc = await anyio.run_process(
+            [sys.executable, "-m", "workers", "subscribe", "--resource", "bob", "--from-start", "--count", "1",
+             "--timeout", "20", "--redis-url", _url(server, role), "--namespace", "wm",
+             "--partitions", str(keys.partitions)], cwd=ROOT, check=False)
+        assert proc.returncode == 0 and proc.stdout, (role, proc.stderr.decode())
     assert await _call(admin, "ACL LOG") == []
 
 
