@@ -14,10 +14,12 @@ with neither, an embedded Redis server is started for the run and stopped at exi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 from redis import exceptions as redis_exc
@@ -30,6 +32,7 @@ from workers import commands, debug_commands, deploy_commands
 from workers.logging import configure_logging
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_CONFLICT = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 128 + 13  # as a filter killed by SIGPIPE: a reader that closed early (`| head`)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -45,9 +48,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated flags, in every subcommand too (each is made with its parent's class):
+    ``--signing-key SECRET`` was taken for ``--signing-key-file SECRET``, a path."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command (also used by the docs and tests)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="wm-signals",
         description="Working-memory state signals on Redis Streams (Mastra-compatible).",
     )
@@ -103,7 +115,22 @@ def _report(error: BaseException) -> int:
     error = _leaf(error)
     if isinstance(error, KeyboardInterrupt):
         return 130
-    if isinstance(error, ConflictError):
+    if isinstance(error, BrokenPipeError):  # the reader went away (`| head`): nothing to say, like any filter
+        with contextlib.suppress(OSError):  # and nothing more to flush at exit either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    message, code = _message(error)
+    if os.environ.get("WM_SIGNALS_TRACEBACK"):
+        traceback.print_exception(error, file=sys.stderr)
+    print(f"wm-signals: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+def _message(error: BaseException) -> tuple[str, int]:
+    """The one line and the exit code of an error (anything but an Exception is raised)."""
+    if isinstance(error, redis_exc.RedisClusterException):  # --cluster against a server that is not one
+        message, code = f"Redis Cluster: {error}", EXIT_BAD_INPUT
+    elif isinstance(error, ConflictError):
         message, code = f"conflict: {error}", EXIT_CONFLICT
     elif isinstance(error, InvalidInputError):
         message, code = str(error), EXIT_BAD_INPUT
@@ -120,10 +147,7 @@ def _report(error: BaseException) -> int:
         message, code = f"unexpected error ({type(error).__name__}): {error}", EXIT_ERROR
     else:
         raise error
-    if os.environ.get("WM_SIGNALS_TRACEBACK"):
-        traceback.print_exception(error, file=sys.stderr)
-    print(f"wm-signals: {' '.join(message.split())}", file=sys.stderr)
-    return code
+    return message, code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -24,7 +24,7 @@ from signals.core.tokens import approx_tokens
 from signals.errors import InvalidInputError, VerifyError
 from signals.streams.deadletters import DeadLetters
 from signals.streams.deliveries import DeliveryLog
-from signals.streams.export import read_export, write_export
+from signals.streams.export import encode_export, read_export, write_export
 from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import Materialised, iter_signals, materialise, trimmed_before
 from signals.streams.status import inspect
@@ -48,7 +48,14 @@ def _bound(value: str | None) -> tuple[str, int | datetime] | None:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as e:
         raise InvalidInputError(f"--from/--to takes a version number or an ISO time, not {value!r}") from e
-    return ("time", when)
+    return ("time", when if when.tzinfo else when.replace(tzinfo=UTC))  # signals are stamped in UTC
+
+
+def _top(text: str) -> int:
+    """``inspect --top``: a number of lanes, 0 or more (-1 listed every lane but one)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"--top takes a number of lanes of 0 or more, not {text!r}")
+    return int(text)
 
 
 def _within(item: Materialised, low: Any, high: Any) -> bool:
@@ -162,9 +169,12 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         return 1
     if args.at is not None:
         if found_at is None:
-            oldest = signals[0][1].version if signals else None
-            raise InvalidInputError(f"version {args.at} is not in the retained history (oldest retained: {oldest})")
-        sys.stdout.write(found_at + "\n")
+            oldest, latest = signals[0][1].version, signals[-1][1].version
+            raise InvalidInputError(f"version {args.at} is not in the retained history (versions {oldest}..{latest})")
+        if args.json:
+            sys.stdout.write(json_line({"version": args.at, "value": found_at}) + "\n")
+        else:
+            sys.stdout.write(found_at + "\n")
     if args.verify:
         first = signals[0][1].version if signals else 0
         print(f"verified {count} signals (versions {first}..{first + count - 1}): chain and cacheKeys intact")
@@ -175,7 +185,22 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     return 0
 
 
+def _check_replay_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that would be silently ignored together (exit 2 naming them)."""
+    if args.deliveries:
+        ignored = [flag for flag, given in (("--verify", args.verify), ("--at", args.at is not None),
+                                            ("--from", args.from_ is not None), ("--to", args.to is not None)) if given]
+        if ignored:
+            raise InvalidInputError(f"{', '.join(ignored)}: not with --deliveries (it lists the delivery log)")
+    elif args.at is not None and (args.verify or args.from_ is not None or args.to is not None):
+        raise InvalidInputError("--at prints one version: not with --verify, --from or --to")
+    low, high = _bound(args.from_), _bound(args.to)
+    if low and high and low[0] == high[0] and low[1] > high[1]:  # type: ignore[operator]
+        raise InvalidInputError(f"--from {args.from_} is after --to {args.to}: nothing to show")
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
+    _check_replay_flags(args)
     if args.file:
         try:
             signals, deliveries = read_export(args.file)
@@ -235,6 +260,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     run_async(main)
     signals, deliveries = loaded
     try:
+        if args.output == "-":  # standard output, as --file - reads standard input
+            sys.stdout.write(encode_export(signals, deliveries))
+            return 0
         write_export(args.output, signals, deliveries)
     except OSError as e:
         raise InvalidInputError(f"--output {args.output}: {e}") from e
@@ -327,12 +355,12 @@ def register(sub: Any) -> None:
     export = sub.add_parser("export", help="write a lane's signals (and a thread's deliveries) to a JSON lines file")
     add_common_args(export)
     add_lane_args(export)
-    export.add_argument("--output", "-o", required=True, help="output file")
+    export.add_argument("--output", "-o", required=True, help="output file ('-': standard output)")
     export.set_defaults(handler=_cmd_export, deliveries=False)
 
     insp = sub.add_parser("inspect", help="partitions, consumer groups, pending, lag, dead letters, busiest lanes")
     add_common_args(insp)
-    insp.add_argument("--top", type=int, default=10, help="how many busiest lanes to list")
+    insp.add_argument("--top", type=_top, default=10, help="how many busiest lanes to list")
     insp.add_argument("--json", action="store_true")
     insp.set_defaults(handler=_cmd_inspect)
 

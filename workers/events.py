@@ -40,7 +40,9 @@ class EventDecoder:
         previous event's id, if any) and whether ``dlq requeue`` put it back; raises
         ``KeyError``, ``ValueError``, ``TypeError``, msgspec's errors or a
         ``WmSignalsError`` on poison."""
-        raw = fields[FIELD]
+        raw = fields.get(FIELD)
+        if raw is None:  # the dead letter's reason names what is missing (a KeyError said only 'e')
+            raise ValueError(f"no {FIELD!r} field (the event's JSON); fields: {', '.join(sorted(fields))[:200]}")
         if len(raw) > MAX_EVENT_CHARS:  # bounded work: an honest event holds one document
             raise ValueError(f"the event is {len(raw):,} characters, over {MAX_EVENT_CHARS:,}")
         event = decode_write(raw)

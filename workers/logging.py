@@ -31,6 +31,8 @@ def configure_logging(fmt: str = "auto", level: str = "info", *, force: bool = F
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        # one write per line (message and newline together): with PYTHONUNBUFFERED=1, as container
+        # images often set, print() wrote them apart and the lines of a worker's processes interleaved
+        logger_factory=structlog.WriteLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )

@@ -231,3 +231,76 @@ async def test_the_library_raises_redis_busy_error_on_oom(full_redis: RedisServe
             await store.replace("alice", "hello")
     finally:
         await store.aclose()
+
+
+# --- flags a user gets wrong (a README-driven black-box run) ----------------------------------
+
+
+def _lane_with_two_versions(url: str) -> str:
+    namespace = ns()
+    for text in ("# Bob\n- likes tea", "# Bob\n- likes coffee"):
+        assert wm("write", "--redis-url", url, "--namespace", namespace, "--resource", "bob", "--markdown",
+                  text).returncode == 0
+    return namespace
+
+
+def test_an_abbreviated_flag_is_refused(url: str) -> None:
+    """No prefix matching: ``--signing-key SECRET`` was read as ``--signing-key-file SECRET`` (a path)."""
+    proc = wm("worker", "--redis-url", url, "--signing-key", "x" * 40, "--check")
+    assert proc.returncode == 2 and "unrecognized arguments: --signing-key" in proc.stderr
+    proc = wm("get", "--redis-url", url, "--resour", "bob")
+    assert proc.returncode == 2 and "--resour" in proc.stderr
+
+
+@pytest.mark.parametrize("flags", [["--deliveries", "--verify"], ["--deliveries", "--at", "1"],
+                                   ["--deliveries", "--from", "1"], ["--at", "1", "--verify"],
+                                   ["--from", "3", "--to", "1"]])
+def test_replay_flags_that_would_be_ignored_are_refused(url: str, flags: list[str]) -> None:
+    """A flag replay would silently ignore is exit 2 naming it (it printed as if it were not given)."""
+    proc = wm("replay", "--redis-url", url, "--namespace", ns(), "--resource", "bob", "--thread", "t1", *flags)
+    assert_one_line(proc, 2, flags[0] if flags[0] != "--deliveries" else flags[1])
+
+
+def test_replay_takes_a_time_without_a_zone_as_utc() -> None:
+    """``--from 2026-12-01T22:33:58`` was compared, offset-naive, with the signals' UTC stamps
+    (``unexpected error (TypeError)``)."""
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from workers.debug_commands import _bound  # noqa: PLC0415
+
+    bound = _bound("2026-12-01T22:33:58")
+    assert bound is not None
+    assert bound[1] == datetime(2026, 12, 1, 22, 33, 58, tzinfo=UTC)
+
+
+def test_export_to_standard_output(url: str) -> None:
+    """``export -o -`` writes the file's lines to standard output (it made a file named '-')."""
+    namespace = _lane_with_two_versions(url)
+    proc = wm("export", "--redis-url", url, "--namespace", namespace, "--resource", "bob", "-o", "-")
+    assert proc.returncode == 0 and proc.stdout == "" and not (ROOT / "-").exists()
+
+
+def test_inspect_top_takes_no_negative_number(url: str) -> None:
+    """``--top -1`` listed every lane but one."""
+    proc = wm("inspect", "--redis-url", url, "--namespace", ns(), "--top", "-1")
+    assert proc.returncode == 2 and "--top takes a number of lanes" in proc.stderr
+
+
+def test_a_write_event_without_its_json_is_dead_lettered_naming_the_field() -> None:
+    """The reason said ``poison: 'e'`` (a KeyError's text)."""
+    from workers.events import EventDecoder  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match=r"no 'e' field .*fields: x"):
+        EventDecoder(Keys("wm", 4), 16).decode({"x": "y"}, 0)
+
+
+def test_a_reader_that_closes_early_gets_no_error_line(url: str) -> None:
+    """``replay ... | head -n 1``: exit 141 (as a filter killed by SIGPIPE), nothing on stderr."""
+    namespace = _lane_with_two_versions(url)
+    cmd = [sys.executable, "-m", "workers", "get", "--redis-url", url, "--namespace", namespace, "--resource", "bob"]
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader is gone before anything is written
+        err = proc.stderr.read().decode()
+        code = proc.wait(60)
+    assert code in (0, 141) and "Broken pipe" not in err and "Traceback" not in err and "Exception" not in err, err
