@@ -92,6 +92,25 @@ class GroupReader:
         typed = cast(list[tuple[str, list[tuple[str, dict[str, str] | None]]]], reply or [])
         return [(stream, entry_id, fields) for stream, entries in typed for entry_id, fields in entries]
 
+    async def leave_group(self) -> list[str]:
+        """Remove this consumer from the group of every partition stream it reads where it
+        holds no pending entry (a graceful stop): stopped consumers no longer pile up in
+        ``inspect`` and XINFO (every restart under a new name added one). Where it still
+        holds entries it stays, so that they stay claimable (XGROUP DELCONSUMER would drop
+        them from the group's pending list). Returns the streams it left."""
+        streams = [s for group in self.stream_groups() for s in group]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                pipe.xpending_range(stream, GROUP, min="-", max="+", count=1, consumername=self.name)
+            pending = await pipe.execute(raise_on_error=False)
+        idle = [s for s, held in zip(streams, pending, strict=True) if held == []]
+        if idle:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for stream in idle:
+                    pipe.xgroup_delconsumer(stream, GROUP, self.name)
+                await pipe.execute(raise_on_error=False)
+        return idle
+
     async def readable(self, streams: list[str]) -> list[str]:
         """The write streams of ``streams`` that are streams (or absent): a key of another
         type would fail every XREADGROUP that names it, for every partition read with it."""

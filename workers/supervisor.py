@@ -17,8 +17,9 @@ At start the worker checks the namespace's shared settings (:mod:`signals.stream
 a partition count different from the stored one stops it with a clear message.
 
 Shutdown (SIGTERM/SIGINT or ``stop``): stop reading, let the batch in flight finish and
-commit, exit 0. If that takes longer than ``grace_s`` the task group is cancelled (the
-uncommitted batch stays pending and is reprocessed by the next worker: no loss).
+commit, leave the consumer groups where no entry is pending for this consumer, exit 0. If
+that takes longer than ``grace_s`` the task group is cancelled (the uncommitted batch
+stays pending and is reprocessed by the next worker: no loss).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from workers.reader import RawEntry
 from workers.settings import Settings
 
 __all__ = ("run_worker",)
+
+#: How long a stopping worker spends removing itself from the consumer groups.
+_LEAVE_S = 2.0
 
 log = structlog.get_logger(__name__)
 
@@ -111,6 +115,13 @@ async def run_worker(
         finally:
             METRICS.up = 0
         tg.cancel_scope.cancel()
+    with anyio.move_on_after(_LEAVE_S, shield=True):  # a cleanup: bounded, and done even when cancelled
+        try:
+            left = await consumer.leave_group()
+        except redis_exc.RedisError as e:  # Redis gone at shutdown: the consumer stays listed, nothing lost
+            log.warning("worker.leave_group_failed", consumer=name, error=str(e))
+        else:
+            log.info("worker.left_group", consumer=name, streams=len(left))
     s = consumer.stats
     log.info("worker.stopped", consumer=name, events=s.events, signals=s.signals,
              skipped=s.skipped, dead_letters=s.dead_letters, conflicts=s.conflicts)

@@ -148,10 +148,10 @@ def RW(*commands: str) -> Grant:
 _SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("lindex", "lrange")}
 
 _WORKER = Role(("commit", "chain", "dead_letter"), {
-    # consumer group on the write streams; trimming below the oldest pending entry; TYPE:
-    # a partition whose key holds another type is skipped (it would fail every read)
-    "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xpending", "xinfo|groups", "xtrim",
-                 "type"),
+    # consumer group on the write streams (leaving it at a graceful stop); trimming below the
+    # oldest pending entry; TYPE: a partition whose key holds another type is skipped
+    "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xgroup|delconsumer", "xpending",
+                 "xinfo|groups", "xtrim", "type"),
     # each batch reads its lanes' document index entries and (cache misses) tracking; a
     # document and its thread owner only when the text is needed
     "docs": R("hmget"),

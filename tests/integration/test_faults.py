@@ -24,6 +24,7 @@ from tests.integration.helpers import (
     wait_ready,
 )
 from workers.embedded import RedisServer
+from workers.reader import GroupReader
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
@@ -153,8 +154,25 @@ async def test_sigterm_mid_stream_finishes_what_was_read_and_exits_zero(
     assert await _backlog(redis, keys) > 0, "the stop came after the last write: nothing was left to the next worker"
     log_text = await anyio.Path(proc.log_path).read_text()  # type: ignore[attr-defined]
     assert "worker.stopping" in log_text
+    for stream in keys.all_writes():  # it left the groups (stopped consumers piled up in inspect)
+        assert "graceful" not in [c["name"] for c in await redis.xinfo_consumers(stream, GROUP)]
     versions = await _finish_with_worker(redis_server, redis, keys, "graceful")
     assert all(v == list(range(1, rounds + 1)) for v in versions.values()), versions
+
+
+async def test_a_consumer_leaves_only_the_groups_where_it_holds_nothing(redis: Redis, keys: Keys) -> None:
+    """leave_group keeps the consumer where an entry is pending for it (deleting it there
+    would drop the entry from the pending list: never claimed, never processed)."""
+    reader = GroupReader(redis, keys, "leaver", batch=10, block_ms=1)
+    await reader.ensure_groups()
+    busy = keys.writes(0)
+    await redis.xadd(busy, {"x": "y"})
+    await reader.read_batch([busy])  # pending for "leaver" on partition 0
+    await reader.read_batch([keys.writes(1)])  # nothing there: a consumer with nothing pending
+    left = await reader.leave_group()
+    assert busy not in left and keys.writes(1) in left
+    assert [c["name"] for c in await redis.xinfo_consumers(busy, GROUP)] == ["leaver"]
+    assert [c["name"] for c in await redis.xinfo_consumers(keys.writes(1), GROUP)] == []
 
 
 async def test_second_worker_takes_over_a_dead_ones_pending(
