@@ -18,7 +18,7 @@ import anyio
 import structlog
 from redis import exceptions as redis_exc
 
-from signals.errors import RedisBusyError, RedisUnavailableError
+from signals.errors import InvalidInputError, RedisBusyError, RedisUnavailableError
 from signals.streams.client import Client, connect, redact_url
 from signals.streams.namespace import check_namespace
 from workers.embedded import RedisServer
@@ -101,7 +101,8 @@ async def open_client(settings: Settings, *, check: bool = True) -> AsyncIterato
     (warning when verification is off); a malformed URL or unusable TLS file is
     :class:`~signals.errors.InvalidInputError` (from :func:`signals.streams.client.connect`).
     Inside the block, an unreachable Redis becomes
-    :class:`~signals.errors.RedisUnavailableError` and a Redis refusing work for a while
+    :class:`~signals.errors.RedisUnavailableError`, a refused login (wrong user or
+    password) :class:`~signals.errors.InvalidInputError`, and a Redis refusing work for a while
     (out of memory, loading, read-only) :class:`~signals.errors.RedisBusyError`, each one
     line for the CLI.
     """
@@ -119,6 +120,9 @@ async def open_client(settings: Settings, *, check: bool = True) -> AsyncIterato
             raise
         except (redis_exc.OutOfMemoryError, redis_exc.BusyLoadingError, redis_exc.ReadOnlyError) as e:
             raise RedisBusyError(f"Redis refused the command for now: {e}") from e  # a Redis Cluster's node
+        except redis_exc.AuthenticationError as e:  # reached, and refused: the credentials are the setting at fault
+            raise InvalidInputError(f"Redis at {where} refused the login: {e} (check the URL's user and "
+                                    "password)") from e
         except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
             raise RedisUnavailableError(f"cannot reach Redis at {where}: {e}") from e
         finally:

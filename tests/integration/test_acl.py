@@ -456,6 +456,16 @@ async def test_roles_run_the_pipeline(server: RedisServer, admin: Redis, clients
     assert await _call(admin, "ACL LOG") == []
 
 
+async def test_a_wrong_password_is_named_as_a_refused_login(server: RedisServer) -> None:
+    """A wrong password is exit 2 saying the login was refused (it said 'cannot reach Redis')."""
+    url = f"redis://wm-reader:not-the-password@127.0.0.1:{server.port}/0"
+    proc = await anyio.run_process([sys.executable, "-m", "workers", "get", "--resource", "bob", "--redis-url", url,
+                                    "--namespace", "wm"], cwd=ROOT, check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "refused the login" in err and "cannot reach" not in err, err
+    assert "not-the-password" not in err  # the URL is shown redacted
+
+
 async def test_acl_users_work_and_are_refused_outside_their_keys(tmp_path: Path) -> None:
     """deploy/users.acl as committed: the writer and worker users run the pipeline; other keys are refused."""
     acl = tmp_path / "users.acl"
