@@ -238,7 +238,7 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
                     if args.count and seen >= args.count:
                         return 0
                 if args.from_start or args.count:
-                    print(f"wm-signals: {_waiting_note(items, args)}", file=sys.stderr, flush=True)
+                    print(f"wm-signals: {_waiting_note(items, args, sub.refused)}", file=sys.stderr, flush=True)
                 async for item in sub:
                     print_signal(item, as_json=args.json)
                     seen += 1
@@ -253,10 +253,13 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
     return run_async(main)
 
 
-def _waiting_note(items: list[Any], args: argparse.Namespace) -> str:
+def _waiting_note(items: list[Any], args: argparse.Namespace, refused: int = 0) -> str:
     """What ``subscribe`` has delivered from the stream, said when it starts waiting for new writes."""
     versions = f" (versions {items[0].signal.version}..{items[-1].signal.version})" if items else ""
-    if not items:
+    if not items and refused:  # not "no signals": every one was refused (a wrong signing key, say)
+        done = (f"delivered nothing: {refused} entries were refused (each logged with its reason; "
+                "a signing key other than the workers'?)")
+    elif not items:
         done = "the lane has no signals yet"
     elif args.from_start:
         done = f"delivered all {len(items)} retained signals{versions}, from the oldest retained snapshot"

@@ -96,6 +96,8 @@ class Subscription:
         self._namespace = NamespaceCheck(redis, keys)  # a count that differs would tail the wrong stream
         self.version = 0
         self.value: str | None = None
+        self.refused = 0
+        """How many entries this subscription has refused (each logged with its reason)."""
 
     async def _last_snapshot_id(self) -> str:
         """The last retained snapshot's entry id (a hint the worker keeps), else ``-``."""
@@ -183,10 +185,12 @@ class Subscription:
         try:
             return decode_entry(self.lane, entry, signer=self.signer)
         except VerifyError as e:
+            self.refused += 1
             log.warning("subscribe.entry_refused", lane=self.lane, entry_id=entry[0], problem=str(e))
             return None
 
     def _refuse_delta(self, entry_id: str, signal: Signal, problem: str) -> None:
+        self.refused += 1
         log.warning("subscribe.delta_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
                     have=self.version, problem=problem + "; waiting for the next snapshot")
         self.value = None
@@ -201,6 +205,7 @@ class Subscription:
             value = signal.contents
         else:
             if self.value is None:
+                self.refused += 1
                 log.warning("subscribe.delta_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
                             have=self.version, problem="waiting for a snapshot")
                 return None
@@ -217,6 +222,7 @@ class Subscription:
             if signal.mode == "delta":
                 self._refuse_delta(entry_id, signal, problem)
             else:
+                self.refused += 1
                 log.warning("subscribe.entry_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
                             problem=f"snapshot: {problem}")
             return None

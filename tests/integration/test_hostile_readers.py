@@ -325,6 +325,19 @@ async def test_a_signer_refuses_what_no_worker_wrote(
 
 
 
+async def test_subscribe_with_another_key_says_entries_were_refused(
+    redis_server: RedisServer, redis: Redis, keys: Keys, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """subscribe with a signing key other than the workers': every signal is refused, and the
+    note says so (it said 'the lane has no signals yet')."""
+    await _write(redis_server.url, redis, keys, [_doc(0), _doc(1)], signing_key=KEY.decode())
+    monkeypatch.setenv("WM_SIGNALS_SIGNING_KEY", "f" * 32)
+    code, out, err = await _run_cli(capsys, "subscribe", *_flags(redis_server, keys), "--resource", "u",
+                                    "--from-start", "--count", "1", "--timeout", "0.5")
+    assert code != 0 and out == "" and "entries were refused" in err and "no signals yet" not in err, (code, err)
+
+
 # --- the delivery log --------------------------------------------------------------------------
 
 
