@@ -14,10 +14,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Protocol
 
+import structlog
+
 from signals.core.retention import parse_duration
 from signals.errors import InvalidInputError
 
 __all__ = ("map_keep_snapshots", "retention_age")
+
+log = structlog.get_logger(__name__)
 
 
 class _RetentionSettings(Protocol):
@@ -51,6 +55,14 @@ def retention_age(value: object) -> object:
 
 
 def map_keep_snapshots(settings: _RetentionSettings) -> None:
-    """Apply the deprecated ``keep_snapshots`` when ``retain_signals`` was not given."""
-    if settings.keep_snapshots is not None and "retain_signals" not in settings.model_fields_set:
-        settings.retain_signals = settings.keep_snapshots * settings.snapshot_every
+    """Apply the deprecated ``keep_snapshots`` when ``retain_signals`` was not given, with
+    a warning that says what it became (or that ``retain_signals`` overrode it)."""
+    if settings.keep_snapshots is None:
+        return
+    if "retain_signals" in settings.model_fields_set:
+        log.warning("settings.deprecated", setting="keep_snapshots", ignored_for="retain_signals",
+                    retain_signals=settings.retain_signals)
+        return
+    settings.retain_signals = settings.keep_snapshots * settings.snapshot_every
+    log.warning("settings.deprecated", setting="keep_snapshots", keep_snapshots=settings.keep_snapshots,
+                becomes=f"retain_signals={settings.retain_signals} (keep_snapshots x snapshot_every)")

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pydantic
 import pytest
+from structlog.testing import capture_logs
 
 from signals.core.retention import DEFAULT_RETAIN_SIGNALS, Retention, format_duration, parse_duration
 from signals.errors import InvalidInputError
@@ -59,3 +60,14 @@ def test_keep_snapshots_is_deprecated_and_maps_onto_retain_signals(monkeypatch: 
     assert Settings(keep_snapshots=3, retain_signals=7).retain_signals == 7
     monkeypatch.setenv("WM_SIGNALS_KEEP_SNAPSHOTS", "4")
     assert Settings(snapshot_every=3).retain_signals == 12
+
+
+def test_keep_snapshots_says_it_is_deprecated() -> None:
+    """Using the deprecated setting logs what it became (nothing warned before)."""
+    with capture_logs() as logs:
+        Settings(keep_snapshots=3)
+        Settings(keep_snapshots=3, retain_signals=7)
+        Settings(retain_signals=7)
+    warned = [e for e in logs if e["event"] == "settings.deprecated"]
+    assert [e.get("becomes", e.get("ignored_for")) for e in warned] == [
+        "retain_signals=60 (keep_snapshots x snapshot_every)", "retain_signals"]
