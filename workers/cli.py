@@ -163,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging("auto", "warning")
     handler: Handler = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone (`| head`) is reported as one (exit 141)
     except BaseException as e:  # noqa: BLE001 - the CLI's promise: one line and an exit code, never a traceback
         return _report(e)
+    return code

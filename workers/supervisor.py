@@ -98,10 +98,11 @@ async def run_worker(
     await _retrying(backoff, stop, lambda: check_namespace(redis, consumer.keys))
     await _retrying(backoff, stop, consumer.ensure_groups)
     log.info("worker.started", consumer=name, partitions=settings.partitions, policy=settings.policy)
+    cut = anyio.Event()  # set when the hard deadline cut the stop short
     async with anyio.create_task_group() as tg:
         if handle_signals:
             await tg.start(_watch_signals, stop)
-        tg.start_soon(_deadline, stop, tg.cancel_scope, settings.grace_s)
+        tg.start_soon(_deadline, stop, tg.cancel_scope, settings.grace_s, cut)
         tg.start_soon(_maintenance, consumer, stop, settings.maintenance_interval_s)
         task_status.started(consumer)
         log.info("worker.ready", consumer=name)
@@ -115,17 +116,23 @@ async def run_worker(
         finally:
             METRICS.up = 0
         tg.cancel_scope.cancel()
-    with anyio.move_on_after(_LEAVE_S, shield=True):  # a cleanup: bounded, and done even when cancelled
+    if not cut.is_set():  # a graceful stop; past the hard deadline the worker only exits
+        await _leave_group(consumer, name)
+    s = consumer.stats
+    log.info("worker.stopped", consumer=name, events=s.events, signals=s.signals,
+             skipped=s.skipped, dead_letters=s.dead_letters, conflicts=s.conflicts)
+    return consumer
+
+
+async def _leave_group(consumer: Consumer, name: str) -> None:
+    """Leave the consumer groups where nothing is pending (a cleanup: bounded, shielded)."""
+    with anyio.move_on_after(_LEAVE_S, shield=True):
         try:
             left = await consumer.leave_group()
         except redis_exc.RedisError as e:  # Redis gone at shutdown: the consumer stays listed, nothing lost
             log.warning("worker.leave_group_failed", consumer=name, error=str(e))
         else:
             log.info("worker.left_group", consumer=name, streams=len(left))
-    s = consumer.stats
-    log.info("worker.stopped", consumer=name, events=s.events, signals=s.signals,
-             skipped=s.skipped, dead_letters=s.dead_letters, conflicts=s.conflicts)
-    return consumer
 
 
 async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, backoff: Backoff) -> None:
@@ -199,8 +206,9 @@ async def _watch_signals(stop: anyio.Event, *, task_status: TaskStatus[None] = a
             return
 
 
-async def _deadline(stop: anyio.Event, scope: anyio.CancelScope, grace_s: float) -> None:
+async def _deadline(stop: anyio.Event, scope: anyio.CancelScope, grace_s: float, cut: anyio.Event) -> None:
     await stop.wait()
     await anyio.sleep(grace_s)
     log.warning("worker.hard_deadline", grace_s=grace_s, note="in-flight batch left pending")
+    cut.set()
     scope.cancel()
