@@ -16,6 +16,7 @@ its output for the defaults. It talks to no cluster and writes no secret.
 from __future__ import annotations
 
 import argparse
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -28,12 +29,16 @@ from workers import kubernetes
 
 __all__ = ("parse_passwords", "register")
 
+#: RFC 3986's unreserved characters: a password of these goes into a URL unescaped.
+_URL_SAFE = re.compile(r"[A-Za-z0-9._~-]+")
+
 
 def parse_passwords(keys: Keys, values: list[str]) -> dict[str, str]:
     """``ROLE=SECRET`` flags as ``{role: secret}``; ROLE is a role or its user name.
 
     Raises:
-        InvalidInputError: no ``=``, an empty secret, an unknown or repeated role.
+        InvalidInputError: no ``=``, an empty secret, one that is not URL-safe, an unknown
+            or repeated role.
     """
     by_name = {name: name for name in ROLES} | {user_name(keys, name): name for name in ROLES}
     out: dict[str, str] = {}
@@ -46,6 +51,9 @@ def parse_passwords(keys: Keys, values: list[str]) -> dict[str, str]:
             raise InvalidInputError(f"--password: unknown role {given!r}: the roles are {', '.join(ROLES)}")
         if role in out:
             raise InvalidInputError(f"--password: role {role!r} given twice")
+        if not _URL_SAFE.fullmatch(secret):  # it goes into redis:// URLs as it is (deploy/README.md)
+            raise InvalidInputError(f"--password: the {role} password must be URL-safe (letters, digits, '-', "
+                                    "'.', '_', '~'): it goes into redis:// URLs as it is")
         out[role] = secret
     return out
 

@@ -586,7 +586,8 @@ def test_deploy_acl_command(tmp_path: Path) -> None:
         server.stop()
 
     for bad in (["--password", "worker"], ["--password", "worker="], ["--password", "boss=x"],
-                ["--password", "worker=a", "--password", "wm-worker=b"]):
+                ["--password", "worker=a", "--password", "wm-worker=b"],
+                ["--password", "worker=with space"], ["--password", "worker=a@b:c/d"]):  # not URL-safe
         proc = _cli("--namespace", "wm", *bad)
         assert proc.returncode == 2, (bad, proc.stderr)
         assert proc.stderr.startswith("wm-signals: ") and len(proc.stderr.splitlines()) == 1
