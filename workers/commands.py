@@ -41,10 +41,13 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     overrides = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
     overrides.update(extra)
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except pydantic.ValidationError as e:
         detail = "; ".join(_describe(err) for err in e.errors())
         raise InvalidInputError(f"invalid setting (flag or WM_SIGNALS_* variable): {detail}") from e
+    if getattr(args, "command", None) != "worker":  # the worker configures logging from these settings first
+        settings.log_deprecations()
+    return settings
 
 
 def _describe(error: Any) -> str:
@@ -132,6 +135,7 @@ def _load_schema(path: str | None) -> dict[str, Any]:
 def _cmd_worker(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     configure_logging(settings.log_format, settings.log_level)
+    settings.log_deprecations()
 
     from workers.processes import run_check, run_worker_command  # noqa: PLC0415 - keeps CLI start-up light
 
@@ -257,8 +261,8 @@ def _waiting_note(items: list[Any], args: argparse.Namespace, refused: int = 0) 
     """What ``subscribe`` has delivered from the stream, said when it starts waiting for new writes."""
     versions = f" (versions {items[0].signal.version}..{items[-1].signal.version})" if items else ""
     if not items and refused:  # not "no signals": every one was refused (a wrong signing key, say)
-        done = (f"delivered nothing: {refused} entries were refused (each logged with its reason; "
-                "a signing key other than the workers'?)")
+        done = (f"delivered nothing: {refused} {'entry was' if refused == 1 else 'entries were'} refused (each "
+                "logged with its reason; a signing key other than the workers'?)")
     elif not items:
         done = "the lane has no signals yet"
     elif args.from_start:

@@ -24,18 +24,18 @@ from signals.core.tokens import approx_tokens
 from signals.errors import InvalidInputError, VerifyError
 from signals.streams.deadletters import DeadLetters
 from signals.streams.deliveries import DeliveryLog
-from signals.streams.export import encode_export, read_export, write_export
+from signals.streams.export import decode_export, encode_export, read_export, write_export
 from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import Materialised, iter_signals, materialise, trimmed_before
 from signals.streams.status import inspect
 from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
-from workers.display import body, field, json_line, literal, signal_record
+from workers.display import OutputConsole, body, field, json_line, literal, signal_record
 from workers.runtime import open_client
 
 __all__ = ("register",)
 
-_console = Console(highlight=False, soft_wrap=True)
+_console = OutputConsole(highlight=False, soft_wrap=True)
 
 
 def _bound(value: str | None) -> tuple[str, int | datetime] | None:
@@ -192,8 +192,10 @@ def _check_replay_flags(args: argparse.Namespace) -> None:
                                             ("--from", args.from_ is not None), ("--to", args.to is not None)) if given]
         if ignored:
             raise InvalidInputError(f"{', '.join(ignored)}: not with --deliveries (it lists the delivery log)")
-    elif args.at is not None and (args.verify or args.from_ is not None or args.to is not None):
-        raise InvalidInputError("--at prints one version: not with --verify, --from or --to")
+    elif args.at is not None and (args.from_ is not None or args.to is not None):
+        raise InvalidInputError("--at prints one version: not with --from or --to")
+    elif args.verify and (args.from_ is not None or args.to is not None):  # it checks the whole history
+        raise InvalidInputError("--verify checks every retained signal: not with --from or --to")
     low, high = _bound(args.from_), _bound(args.to)
     if low and high and low[0] == high[0] and low[1] > high[1]:  # type: ignore[operator]
         raise InvalidInputError(f"--from {args.from_} is after --to {args.to}: nothing to show")
@@ -202,8 +204,9 @@ def _check_replay_flags(args: argparse.Namespace) -> None:
 def _cmd_replay(args: argparse.Namespace) -> int:
     _check_replay_flags(args)
     if args.file:
-        try:
-            signals, deliveries = read_export(args.file)
+        try:  # '-': standard input (export -o - | replay --file -)
+            signals, deliveries = (decode_export(sys.stdin.buffer.read(), source="stdin") if args.file == "-"
+                                   else read_export(args.file))
         except OSError as e:
             raise InvalidInputError(f"--file {args.file}: {e.strerror or e}") from e
         return _show(args, signals, deliveries)
@@ -260,7 +263,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     run_async(main)
     signals, deliveries = loaded
     try:
-        if args.output == "-":  # standard output, as --file - reads standard input
+        if args.output == "-":  # standard output (replay --file - reads standard input)
             sys.stdout.write(encode_export(signals, deliveries))
             return 0
         write_export(args.output, signals, deliveries)
@@ -341,7 +344,7 @@ def register(sub: Any) -> None:
     replay = sub.add_parser("replay", help="a lane's signals in order, rebuilt and (optionally) verified")
     add_common_args(replay)
     add_lane_args(replay)
-    replay.add_argument("--file", help="replay an export file (no Redis)")
+    replay.add_argument("--file", help="replay an export file (no Redis; '-': standard input)")
     replay.add_argument("--at", type=int, metavar="VERSION", help="print the working memory as of VERSION")
     replay.add_argument("--verify", action="store_true",
                         help="check every entry, delta and cacheKey, and the latest signal against the stored "

@@ -23,9 +23,21 @@ from signals.core.render import signal_markup
 from signals.core.tokens import approx_tokens
 from signals.streams.replay import Materialised
 
-__all__ = ("body", "field", "json_line", "literal", "print_signal", "signal_record")
+__all__ = ("OutputConsole", "body", "field", "json_line", "literal", "print_signal", "signal_record")
 
-_console = Console(highlight=False, soft_wrap=True)
+
+class OutputConsole(Console):
+    """The CLI's console: a reader that went away (``| head``) is a ``BrokenPipeError``,
+    which the CLI reports as every command's (exit 141, nothing on stderr), where rich's
+    own handling exits 1."""
+
+    def on_broken_pipe(self) -> None:
+        """Stop writing, then raise (rich would exit with status 1)."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
+_console = OutputConsole(highlight=False, soft_wrap=True)
 #: Bidirectional-text controls (they reorder what a terminal shows: "Trojan Source").
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")

@@ -104,12 +104,17 @@ class GroupReader:
                 pipe.xpending_range(stream, GROUP, min="-", max="+", count=1, consumername=self.name)
             pending = await pipe.execute(raise_on_error=False)
         idle = [s for s, held in zip(streams, pending, strict=True) if held == []]
-        if idle:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for stream in idle:
-                    pipe.xgroup_delconsumer(stream, GROUP, self.name)
-                await pipe.execute(raise_on_error=False)
-        return idle
+        if not idle:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in idle:
+                pipe.xgroup_delconsumer(stream, GROUP, self.name)
+            replies = await pipe.execute(raise_on_error=False)
+        refused = [(s, r) for s, r in zip(idle, replies, strict=True) if isinstance(r, Exception)]
+        if refused:  # NOPERM above all: an ACL file from before this command was granted
+            log.warning("worker.leave_group_refused", streams=len(refused), error=str(refused[0][1])[:200],
+                        note="the consumer stays listed; regenerate the ACL file (wm-signals deploy acl)")
+        return [s for s, r in zip(idle, replies, strict=True) if not isinstance(r, Exception)]
 
     async def readable(self, streams: list[str]) -> list[str]:
         """The write streams of ``streams`` that are streams (or absent): a key of another

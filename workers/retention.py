@@ -14,14 +14,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Protocol
 
-import structlog
-
 from signals.core.retention import parse_duration
 from signals.errors import InvalidInputError
 
 __all__ = ("map_keep_snapshots", "retention_age")
-
-log = structlog.get_logger(__name__)
 
 
 class _RetentionSettings(Protocol):
@@ -54,15 +50,14 @@ def retention_age(value: object) -> object:
     return value
 
 
-def map_keep_snapshots(settings: _RetentionSettings) -> None:
-    """Apply the deprecated ``keep_snapshots`` when ``retain_signals`` was not given, with
-    a warning that says what it became (or that ``retain_signals`` overrode it)."""
+def map_keep_snapshots(settings: _RetentionSettings) -> dict[str, object] | None:
+    """Apply the deprecated ``keep_snapshots`` when ``retain_signals`` was not given; the
+    fields of the warning to log (what it became, or that ``retain_signals`` overrode it),
+    ``None`` when it was not given. The caller logs it once logging is configured."""
     if settings.keep_snapshots is None:
-        return
+        return None
     if "retain_signals" in settings.model_fields_set:
-        log.warning("settings.deprecated", setting="keep_snapshots", ignored_for="retain_signals",
-                    retain_signals=settings.retain_signals)
-        return
+        return {"setting": "keep_snapshots", "ignored_for": "retain_signals", "retain_signals": settings.retain_signals}
     settings.retain_signals = settings.keep_snapshots * settings.snapshot_every
-    log.warning("settings.deprecated", setting="keep_snapshots", keep_snapshots=settings.keep_snapshots,
-                becomes=f"retain_signals={settings.retain_signals} (keep_snapshots x snapshot_every)")
+    return {"setting": "keep_snapshots", "keep_snapshots": settings.keep_snapshots,
+            "becomes": f"retain_signals={settings.retain_signals} (keep_snapshots x snapshot_every)"}

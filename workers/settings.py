@@ -8,7 +8,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+import structlog
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from signals.core.lane import LaneOptions
@@ -24,6 +25,8 @@ from workers.consumer import ConsumerOptions
 from workers.retention import map_keep_snapshots, retention_age
 
 __all__ = ("MIN_SIGNING_KEY_BYTES", "Settings")
+
+log = structlog.get_logger(__name__)
 
 #: The shortest signing key accepted (bytes of its UTF-8 text), e.g. ``openssl rand -hex 32`` gives 64.
 MIN_SIGNING_KEY_BYTES = 16
@@ -64,6 +67,7 @@ class Settings(BaseSettings):
     refused, not passed on with escapes).
     """
 
+    _deprecations: list[dict[str, object]] = PrivateAttr(default_factory=list)
     model_config = SettingsConfigDict(env_prefix="WM_SIGNALS_", extra="ignore")
 
     redis_url: str | None = None
@@ -215,8 +219,15 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _map_keep_snapshots(self) -> Settings:
-        map_keep_snapshots(self)
+        note = map_keep_snapshots(self)
+        self._deprecations = [note] if note else []
         return self
+
+    def log_deprecations(self) -> None:
+        """Log a warning per deprecated setting in use (once logging is configured: a
+        worker configures it from these very settings)."""
+        for fields in self._deprecations:
+            log.warning("settings.deprecated", **fields)
 
     def keys(self) -> Keys:
         """The key layout."""

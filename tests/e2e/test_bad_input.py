@@ -253,12 +253,33 @@ def test_an_abbreviated_flag_is_refused(url: str) -> None:
 
 
 @pytest.mark.parametrize("flags", [["--deliveries", "--verify"], ["--deliveries", "--at", "1"],
-                                   ["--deliveries", "--from", "1"], ["--at", "1", "--verify"],
-                                   ["--from", "3", "--to", "1"]])
+                                   ["--deliveries", "--from", "1"], ["--at", "1", "--to", "3"],
+                                   ["--verify", "--from", "3"], ["--from", "3", "--to", "1"]])
 def test_replay_flags_that_would_be_ignored_are_refused(url: str, flags: list[str]) -> None:
     """A flag replay would silently ignore is exit 2 naming it (it printed as if it were not given)."""
     proc = wm("replay", "--redis-url", url, "--namespace", ns(), "--resource", "bob", "--thread", "t1", *flags)
     assert_one_line(proc, 2, flags[0] if flags[0] != "--deliveries" else flags[1])
+
+
+def test_replay_at_a_version_with_verify_is_still_allowed(url: str) -> None:
+    """``--at N --verify`` prints the version once the history verified (it did before)."""
+    proc = wm("replay", "--redis-url", url, "--namespace", ns(), "--resource", "bob", "--at", "1", "--verify")
+    assert "not with" not in proc.stderr, proc.stderr
+
+
+def test_replay_reads_an_export_from_standard_input(url: str) -> None:
+    """``export -o - | replay --file -``: '-' is standard input (it looked for a file named '-')."""
+    proc = wm("replay", "--file", "-", "--verify", stdin=b"")
+    assert proc.returncode == 2 and "No such file" not in proc.stderr and "no signals" in proc.stderr, proc.stderr
+
+
+def test_a_deprecated_setting_warns_on_stderr_as_json_for_the_worker(url: str) -> None:
+    """The worker's deprecation warning is one of its JSON log lines on stderr (it went to
+    stdout, in console format, before the worker had configured its logging)."""
+    proc = wm("worker", "--redis-url", url, "--namespace", ns(), "--check", WM_SIGNALS_KEEP_SNAPSHOTS="3",
+              WM_SIGNALS_LOG_FORMAT="json")
+    assert proc.stdout == "", proc.stdout
+    assert any('"settings.deprecated"' in line and line.startswith("{") for line in proc.stderr.splitlines())
 
 
 def test_replay_takes_a_time_without_a_zone_as_utc() -> None:
@@ -292,6 +313,17 @@ def test_a_write_event_without_its_json_is_dead_lettered_naming_the_field() -> N
 
     with pytest.raises(ValueError, match=r"no 'e' field .*fields: x"):
         EventDecoder(Keys("wm", 4), 16).decode({"x": "y"}, 0)
+
+
+def test_a_reader_that_closes_early_on_a_table_gets_exit_141(url: str) -> None:
+    """rich's own handling exited 1: ``inspect | head`` now ends like every command's output."""
+    cmd = [sys.executable, "-m", "workers", "inspect", "--redis-url", url, "--namespace", ns()]
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        code = proc.wait(60)
+    assert code == 141 and "Traceback" not in err, (code, err)
 
 
 def test_a_reader_that_closes_early_gets_no_error_line(url: str) -> None:

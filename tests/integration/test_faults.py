@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
 from signals.core.codec import FIELD, decode_dead_letter, encode_json
 from signals.core.models import WriteEvent
@@ -173,6 +174,28 @@ async def test_a_consumer_leaves_only_the_groups_where_it_holds_nothing(redis: R
     assert busy not in left and keys.writes(1) in left
     assert [c["name"] for c in await redis.xinfo_consumers(busy, GROUP)] == ["leaver"]
     assert [c["name"] for c in await redis.xinfo_consumers(keys.writes(1), GROUP)] == []
+
+
+async def test_a_consumer_an_acl_keeps_from_leaving_says_so() -> None:
+    """An ACL file from before XGROUP DELCONSUMER was granted: nothing is reported as left
+    (every stream was, while XINFO still listed the consumer), and a warning says why."""
+    with RedisServer() as server:
+        admin = connect(server.url)
+        client = connect(f"redis://old-worker:old-worker-pw@127.0.0.1:{server.port}/0")
+        try:
+            await admin.execute_command("ACL", "SETUSER", "old-worker", "on", ">old-worker-pw", "~*", "+@all",
+                                        "-xgroup|delconsumer")
+            keys = Keys("acl", 4)
+            reader = GroupReader(client, keys, "old", batch=10, block_ms=1)
+            await reader.ensure_groups()
+            await admin.execute_command("XGROUP", "CREATECONSUMER", keys.writes(0), GROUP, "old")
+            with capture_logs() as logs:
+                assert await reader.leave_group() == []
+            assert [e["event"] for e in logs] == ["worker.leave_group_refused"]
+            assert [c["name"] for c in await admin.xinfo_consumers(keys.writes(0), GROUP)] == ["old"]
+        finally:
+            await client.aclose()
+            await admin.aclose()
 
 
 async def test_second_worker_takes_over_a_dead_ones_pending(
