@@ -162,6 +162,8 @@ class AgentWorkingMemory:
 
     async def _resume_steps(self) -> None:
         """Number this process's steps after the delivery log's last record (once)."""
+        if self._resumed:  # every model call after the first: no lock taken
+            return
         async with self._resuming:  # a call made while start() resumes waits for it
             if self._resumed:
                 return
