@@ -32,11 +32,13 @@ MERGE_EVENTS = 256
 
 async def run_commits(
     redis: Client, keys: Keys, script: Any, order: list[tuple[int, list[LaneCommit]]], *,
-    retention: Retention,
-) -> list[list[list[str]] | Exception]:
-    """The commit script over the partitions of ``order`` in one pipeline. Returns each
-    partition's per-lane statuses (or the error of the call that held it). Signal streams
-    are trimmed at snapshot boundaries under ``retention`` (:mod:`signals.core.retention`).
+    retention: Retention, read_ahead: tuple[str, list[str], int] | None = None,
+) -> tuple[list[list[list[str]] | Exception], object]:
+    """The commit script over the partitions of ``order`` in one pipeline, plus the
+    read-ahead XREADGROUP (``(consumer, streams, count)``) when given. Returns each
+    partition's per-lane statuses (or the error of the call that held it) and the
+    read-ahead reply (or error). Signal streams are trimmed at snapshot boundaries under
+    ``retention`` (:mod:`signals.core.retention`).
 
     On one server, partitions share a call up to :data:`MERGE_EVENTS` events (see
     :func:`_calls`); on a Redis Cluster each partition is a call of its own (a script's
@@ -57,7 +59,11 @@ async def run_commits(
                 pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
             else:
                 await queue_script(pipe, script, script_keys, args)
+        if read_ahead is not None:
+            consumer, streams, count = read_ahead
+            pipe.xreadgroup(GROUP, consumer, dict.fromkeys(streams, ">"), count=count)
         results = list(await pipe.execute(raise_on_error=False))
+    ahead: object = results.pop() if read_ahead is not None else None
     missing = [n for n, result in enumerate(results) if isinstance(result, redis_exc.NoScriptError)]
     if missing:
         await redis.script_load(script.script)
@@ -74,7 +80,7 @@ async def run_commits(
             out += [result] * len(group)
         else:
             out += cast(list[list[list[str]]], result)
-    return out
+    return out, ahead
 
 
 def _calls(order: list[tuple[int, list[LaneCommit]]], *, merge: bool) -> list[list[tuple[int, list[LaneCommit]]]]:

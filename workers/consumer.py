@@ -1,9 +1,8 @@
 """The worker's consumer: what it reads (:mod:`workers.reader`) it decodes and checks,
 and hands each batch to the lane commit protocol (:mod:`workers.commit`).
 
-One batch is, under load, one round trip whatever its size: one pipeline of commit script
-calls, sent just after the read of the next batch (read-ahead), which the read loop
-plans while this one commits (see :mod:`workers.flights`). Lanes in the
+One batch is, under load, one round trip whatever its size: one pipeline with one commit
+script per partition that also carries the next XREADGROUP (read-ahead). Lanes in the
 steady state (cached tracking, events extending the chain the worker last committed) are
 planned without reading anything, and the commit script checks their documents
 atomically (see :func:`workers.commit.steady_document`); the other lanes, and those whose
@@ -27,7 +26,7 @@ import os
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,6 +39,7 @@ from signals.core.codec import FIELD, encode_json
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking
 from signals.core.retention import Retention
 from signals.core.signing import Signer
+from signals.errors import WmSignalsError
 from signals.streams.client import Client, lua, now_iso
 from signals.streams.keys import GROUP, Keys
 from workers import chunking
@@ -49,8 +49,7 @@ from workers.commit import BatchStats, LaneCommit, plan_lane, plan_steady, stead
 from workers.commit_call import run_commits
 from workers.counters import METRICS
 from workers.dead_letters import DeadLetters
-from workers.events import EventDecoder, printable
-from workers.flights import LaneGate, ReadAhead
+from workers.events import REQUEUED_FIELD, EventDecoder, printable, text
 from workers.lane_state import LaneState, Pending, load_documents, read_lanes
 from workers.reader import GroupReader, RawEntry
 
@@ -84,7 +83,14 @@ class ConsumerOptions:
 
 
 _Plan = tuple[LaneCommit, list[tuple[Pending, str]]] | None | Literal[False]
-_Waits = Mapping[str, anyio.Event]  # lanes an earlier flight holds: planned once its event is set
+
+
+@dataclass(slots=True)
+class _Prefetch:
+    """Streams to read ahead in the next commit's round trip, and what that read returned."""
+
+    streams: list[str]
+    entries: list[RawEntry] | None = None
 
 
 class Consumer(GroupReader):
@@ -136,47 +142,56 @@ class Consumer(GroupReader):
                     break
         return total
 
-    async def process(self, raw: list[RawEntry], *, prefetch: ReadAhead | None = None,
-                      gate: LaneGate | None = None) -> BatchStats:
-        """Process entries: decode, dead-letter poison, compute and commit the rest.
+    async def process_and_read(self, raw: list[RawEntry], streams: list[str] | None) -> list[RawEntry]:
+        """Process entries, and read what waits next on ``streams`` in the same round trip.
 
-        ``prefetch``: the next batch's read, sent just before the first commit. ``gate``:
-        the read loop's flights (:mod:`workers.flights`); a lane an earlier flight holds is
-        planned once that flight is done."""
+        Under load a batch then costs one round trip, not two: a non-blocking XREADGROUP
+        rides in the commit pipeline. Returns the entries read (empty: nothing was waiting,
+        or nothing was committed; the caller then blocks on :meth:`read_batch`). The
+        entries are pending for this consumer from then on, as with any read.
+        """
+        prefetch = _Prefetch(streams) if streams else None
+        await self.process(raw, prefetch=prefetch)
+        return (prefetch.entries if prefetch else None) or []
+
+    async def process(self, raw: list[RawEntry], *, prefetch: _Prefetch | None = None) -> BatchStats:
+        """Process entries: decode, dead-letter poison, compute and commit the rest."""
         started = time.perf_counter()
         stats = BatchStats(events=len(raw))
-        entries, deleted, poison = self._events.decode_batch(raw, self._stream_partition)
-        # the lanes are held before the first await: flights hold them in the order they read them
-        waits, leave = gate.enter({e.event.lane for e in entries}) if gate else ({}, None)
-        try:
-            for stream, entry_id in deleted:
+        entries: list[Pending] = []
+        for stream, entry_id, fields in raw:
+            partition = self._stream_partition[stream]
+            if not fields:  # deleted while pending: nothing to do but acknowledge
                 await self.redis.xack(stream, GROUP, entry_id)
-            for partition, entry_id, fields, reason in poison:
-                stats.dead_letters += await self._dead.send(partition, entry_id, printable(fields), reason, 1)
-            force: dict[str, str] = {}
-            for _ in range(_MAX_RECOMPUTE):
-                if not entries:
-                    break
-                entries = await self._compute_and_commit(entries, stats, force, prefetch, waits)
-                waits = {}  # a recompute pass comes after the first, which waited for them
-            else:
-                log.warning("worker.contention", lanes_left=len({e.event.lane for e in entries}))
-        finally:
-            if leave is not None:
-                leave()
+                continue
+            try:
+                event, prev, requeued = self._events.decode(fields, partition)
+            except (KeyError, ValueError, TypeError, WmSignalsError, msgspec.DecodeError,
+                    msgspec.ValidationError) as e:
+                stats.dead_letters += await self._dead.send(partition, entry_id, printable(fields),
+                                                            f"poison: {text(e)}", 1)
+                continue
+            if requeued:  # the trace of an operator's requeue (or of a forgery marked as one)
+                log.info("worker.requeued_event", lane=event.lane, entry_id=entry_id,
+                         dead_letter=text(fields.get(REQUEUED_FIELD, ""))[:40])
+            entries.append(Pending(partition, entry_id, event, prev, requeued))
+        force: dict[str, str] = {}
+        for _ in range(_MAX_RECOMPUTE):
+            if not entries:
+                break
+            entries = await self._compute_and_commit(entries, stats, force, prefetch)
+        else:
+            log.warning("worker.contention", lanes_left=len({e.event.lane for e in entries}))
         self.stats.add(stats)
         METRICS.record_batch(stats, time.perf_counter() - started)
         return stats
 
     async def _compute_and_commit(
-        self, entries: list[Pending], stats: BatchStats, force: dict[str, str], prefetch: ReadAhead | None = None,
-        waits: _Waits | None = None,
+        self, entries: list[Pending], stats: BatchStats, force: dict[str, str], prefetch: _Prefetch | None = None
     ) -> list[Pending]:
         """One pass: plan the lanes in the steady state as they are, read the others and
         plan them, commit; returns the entries of lanes to recompute (another worker
         advanced them, a steady-state check failed, or the commit asked for a repair).
-        Lanes in ``waits`` are planned once their earlier flights are done: after the
-        others in a light batch, before anything in a batch worth chunks.
 
         Planning is the worker's CPU and committing is Redis's: a batch worth chunks (see
         :mod:`workers.chunking`) is planned in chunks of partitions, each chunk's commit
@@ -188,25 +203,6 @@ class Consumer(GroupReader):
         for entry in entries:
             by_lane[entry.event.lane].append(entry)
         now = now_iso()
-        held: dict[str, list[Pending]] = {}
-        if waits:
-            if chunking.chunked(list(by_lane.items())):  # its chunks overlap among themselves
-                await _wait_for(waits.values())
-            else:
-                held = {lane: by_lane.pop(lane) for lane in waits if lane in by_lane}
-        careful, steady = self._classify(by_lane, force)
-        sent_back = dict(force)  # the previous pass's statuses; this pass's commits fill force anew
-        force.clear()
-        if held or not chunking.chunked([*careful, *steady]):
-            return await self._plan_and_commit(careful, steady, stats, sent_back=sent_back, force=force, now=now,
-                                               prefetch=prefetch, held=(held, waits or {}))
-        return await self._commit_in_chunks(careful, steady, stats, sent_back=sent_back, force=force, now=now,
-                                            prefetch=prefetch)
-
-    def _classify(self, by_lane: Mapping[str, list[Pending]],
-                  force: Mapping[str, str]) -> tuple[list[_Careful], list[_Steady]]:
-        """Sort each lane's events by version; split the lanes into the careful path and the
-        steady state (lanes the previous pass sent back, in ``force``, go the careful way)."""
         careful: list[_Careful] = []
         steady: list[_Steady] = []
         for lane, lane_entries in by_lane.items():
@@ -216,23 +212,29 @@ class Consumer(GroupReader):
                 careful.append((lane, lane_entries))
             else:
                 steady.append((lane, lane_entries, *found))
-        return careful, steady
+        sent_back = dict(force)  # the previous pass's statuses; this pass's commits fill force anew
+        force.clear()
+        if not chunking.chunked([*careful, *steady]):
+            return await self._plan_and_commit(careful, steady, stats, sent_back=sent_back, force=force, now=now,
+                                               prefetch=prefetch)
+        return await self._commit_in_chunks(careful, steady, stats, sent_back=sent_back, force=force, now=now,
+                                            prefetch=prefetch)
 
     async def _commit_in_chunks(
         self, careful: list[_Careful], steady: list[_Steady], stats: BatchStats, *, sent_back: dict[str, str],
-        force: dict[str, str], now: str, prefetch: ReadAhead | None,
+        force: dict[str, str], now: str, prefetch: _Prefetch | None,
     ) -> list[Pending]:
         """A batch worth chunks: careful-path chunks as tasks (read, plan, commit), then the
         steady lanes chunk by chunk, each chunk's commit sent as soon as it is planned; the
         read-ahead rides with the last chunk."""
-        async def commit(per_partition: dict[int, list[LaneCommit]], ahead: ReadAhead | None) -> list[Pending]:
+        async def commit(per_partition: dict[int, list[LaneCommit]], ahead: _Prefetch | None) -> list[Pending]:
             return await self._commit_all(per_partition, stats, force, ahead)
 
         async def plan_careful(by_lane: dict[str, list[Pending]], back: dict[str, str],
                                per_partition: dict[int, list[LaneCommit]]) -> None:
             await self._plan_careful(by_lane, stats, back, now, per_partition)
 
-        commits: chunking.ChunkCommits[ReadAhead] = chunking.ChunkCommits(commit, plan_careful, stats)
+        commits: chunking.ChunkCommits[_Prefetch] = chunking.ChunkCommits(commit, plan_careful, stats)
         async with anyio.create_task_group() as tg:
             try:
                 careful_chunks = chunking.chunks(careful)
@@ -249,35 +251,20 @@ class Consumer(GroupReader):
 
     async def _plan_and_commit(
         self, careful: list[_Careful], steady: list[_Steady], stats: BatchStats, *, sent_back: dict[str, str],
-        force: dict[str, str], now: str, prefetch: ReadAhead | None,
-        held: tuple[dict[str, list[Pending]], _Waits] = ({}, {}),
+        force: dict[str, str], now: str, prefetch: _Prefetch | None,
     ) -> list[Pending]:
         """A batch too small to be worth chunks: plan every lane, then one commit (no tasks:
-        under light load a batch is a few events, and its latency is this path's). The
-        ``held`` lanes are planned last, once the flights holding them (their events in
-        ``held[1]``) are done: usually while this flight planned the others."""
+        under light load a batch is a few events, and its latency is this path's)."""
         per_partition: dict[int, list[LaneCommit]] = defaultdict(list)
-        await self._plan_into((careful, steady), stats, sent_back, now, per_partition)
-        held_lanes, waits = held
-        if held_lanes:
-            await _wait_for(waits[lane] for lane in held_lanes)
-            await self._plan_into(self._classify(held_lanes, {}), stats, {}, now, per_partition)
-        return await self._commit_all(per_partition, stats, force, prefetch)
-
-    async def _plan_into(
-        self, lanes: tuple[list[_Careful], list[_Steady]], stats: BatchStats, sent_back: dict[str, str], now: str,
-        per_partition: dict[int, list[LaneCommit]],
-    ) -> None:
-        """Plan steady lanes, then careful ones (reading them), into ``per_partition``."""
-        careful, steady = lanes
         by_lane = dict(careful)
         self._plan_steady_into(steady, now, per_partition, by_lane)
         if by_lane:
             await self._plan_careful(by_lane, stats, sent_back, now, per_partition)
+        return await self._commit_all(per_partition, stats, force, prefetch)
 
     async def _plan_steady_chunks(
-        self, steady: list[_Steady], commits: chunking.ChunkCommits[ReadAhead], tg: anyio.abc.TaskGroup, now: str,
-        prefetch: ReadAhead | None,
+        self, steady: list[_Steady], commits: chunking.ChunkCommits[_Prefetch], tg: anyio.abc.TaskGroup, now: str,
+        prefetch: _Prefetch | None,
     ) -> None:
         """Plan the steady lanes chunk by chunk, starting each chunk's commit as soon as it
         is planned; the last chunk also carries the lanes whose plan raised (planned on the
@@ -378,10 +365,9 @@ class Consumer(GroupReader):
 
     async def _commit_all(
         self, per_partition: dict[int, list[LaneCommit]], stats: BatchStats, force: dict[str, str],
-        prefetch: ReadAhead | None = None,
+        prefetch: _Prefetch | None = None,
     ) -> list[Pending]:
-        """Commit every partition's lanes; returns the entries of lanes to recompute. The
-        read-ahead, if not sent yet, goes out first (Redis serves it before the commit).
+        """Commit every partition's lanes; returns the entries of lanes to recompute.
 
         A partition whose script failed (a per-lane fault the checks did not foresee) is
         committed again lane by lane, so that only the faulty lane's events are retried.
@@ -390,10 +376,13 @@ class Consumer(GroupReader):
         if not per_partition:
             return retry
         order = list(per_partition.items())
-        if prefetch is not None and not prefetch.started:
-            prefetch.begin()
-            await chunking.let_send()
-        results = await run_commits(self.redis, self.keys, self._commit, order, retention=self.options.retention)
+        reading = prefetch is not None and prefetch.entries is None
+        read_ahead = (self.name, prefetch.streams, self.options.batch) if prefetch and reading else None
+        results, ahead = await run_commits(self.redis, self.keys, self._commit, order,
+                                           retention=self.options.retention, read_ahead=read_ahead)
+        if prefetch is not None and reading:
+            # a failed read-ahead (NOGROUP, say) is left for the next blocking read to report
+            prefetch.entries = [] if isinstance(ahead, Exception) else self._flatten(ahead)
         for (partition, commits), result in zip(order, results, strict=True):
             if isinstance(result, Exception):
                 retry += await self._commit_one_by_one(partition, commits, stats, force, result)
@@ -408,7 +397,7 @@ class Consumer(GroupReader):
         log.warning("worker.commit_failed", partition=partition, lanes=len(commits), error=str(error)[:200])
         retry: list[Pending] = []
         for c in commits:
-            [result] = await run_commits(self.redis, self.keys, self._commit, [(partition, [c])],
+            [result], _ = await run_commits(self.redis, self.keys, self._commit, [(partition, [c])],
                                             retention=self.options.retention)
             if isinstance(result, Exception):
                 self._cache.forget(c.lane)
@@ -441,9 +430,3 @@ class Consumer(GroupReader):
 
 _Careful = tuple[str, list[Pending]]
 _Steady = tuple[str, list[Pending], LaneTracking, LaneDocument]
-
-
-async def _wait_for(events: Iterable[anyio.Event]) -> None:
-    """Wait until every one of ``events`` is set."""
-    for event in events:
-        await event.wait()

@@ -10,18 +10,10 @@ genuine (on its lane's chain of writes) is the commit protocol's question
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import msgspec
-import structlog
-
 from signals.core.codec import FIELD, decode_write
 from signals.core.lane import MAX_VERSION, is_stream_id
 from signals.core.models import WriteEvent
-from signals.errors import WmSignalsError
 from signals.streams.keys import Keys, validate_id
-from workers.lane_state import Pending
-from workers.reader import RawEntry
 
 __all__ = ("MAX_EVENT_CHARS", "PREV_FIELD", "REQUEUED_FIELD", "EventDecoder", "printable", "text")
 
@@ -32,12 +24,6 @@ PREV_FIELD = "p"
 #: The field of an event put back by ``dlq requeue`` (requeue.lua): the dead letter's id.
 REQUEUED_FIELD = "r"
 _LANE_PREFIX = {"resource": "r:", "thread": "t:"}
-_POISON = (KeyError, ValueError, TypeError, WmSignalsError, msgspec.DecodeError, msgspec.ValidationError)
-
-log = structlog.get_logger(__name__)
-
-Poison = tuple[int, str, dict[str, str], str]
-"""An entry that is poison by itself: its partition, id, fields and the reason."""
 
 
 class EventDecoder:
@@ -76,31 +62,6 @@ class EventDecoder:
                 self._lanes.clear()
             self._lanes[event.lane] = partition
         return event, prev, REQUEUED_FIELD in fields
-
-    def decode_batch(
-        self, raw: list[RawEntry], partitions: Mapping[str, int]
-    ) -> tuple[list[Pending], list[tuple[str, str]], list[Poison]]:
-        """A batch read from the write streams (``partitions``: stream -> partition), with
-        no I/O: its events, the entries deleted while pending (``(stream, id)``: to be
-        acknowledged) and the entries that are poison by themselves (to be dead-lettered)."""
-        entries: list[Pending] = []
-        deleted: list[tuple[str, str]] = []
-        poison: list[Poison] = []
-        for stream, entry_id, fields in raw:
-            partition = partitions[stream]
-            if not fields:
-                deleted.append((stream, entry_id))
-                continue
-            try:
-                event, prev, requeued = self.decode(fields, partition)
-            except _POISON as e:
-                poison.append((partition, entry_id, fields, f"poison: {text(e)}"))
-                continue
-            if requeued:  # the trace of an operator's requeue (or of a forgery marked as one)
-                log.info("worker.requeued_event", lane=event.lane, entry_id=entry_id,
-                         dead_letter=text(fields.get(REQUEUED_FIELD, ""))[:40])
-            entries.append(Pending(partition, entry_id, event, prev, requeued))
-        return entries, deleted, poison
 
 
 def printable(fields: dict[str, str]) -> dict[str, str]:

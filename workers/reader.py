@@ -70,17 +70,16 @@ class GroupReader:
         return [streams]
 
     async def read_batch(
-        self, streams: list[str] | None = None, cursors: dict[str, str] | None = None, *, wait: bool = True
+        self, streams: list[str] | None = None, cursors: dict[str, str] | None = None
     ) -> list[RawEntry]:
-        """Read new entries from ``streams`` (default: every partition), blocking up to
-        ``block_ms`` unless ``wait`` is false, or, with ``cursors``, this consumer's own
-        pending entries after each stream's cursor (no blocking)."""
+        """Read new entries from ``streams`` (default: every partition), or, with ``cursors``,
+        this consumer's own pending entries after each stream's cursor (no blocking)."""
         wanted = cursors or dict.fromkeys(streams or self.keys.all_writes(), ">")
         try:
             reply = await self.redis.xreadgroup(
                 GROUP, self.name, wanted,  # type: ignore[arg-type]
                 count=self.batch,
-                block=self.block_ms if wait and not cursors else None,
+                block=None if cursors else self.block_ms,
             )
         except redis_exc.ResponseError as e:
             if "NOGROUP" in str(e):

@@ -41,7 +41,6 @@ from signals.streams.namespace import check_namespace
 from workers.consumer import Consumer
 from workers.counters import METRICS
 from workers.faults import is_whole_server
-from workers.flights import Flights, open_flights
 from workers.maintenance import trim_write_streams
 from workers.reader import RawEntry
 from workers.settings import Settings
@@ -140,19 +139,10 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
     """Read and process ``streams`` until stopped: all partitions in one loop on a single
     server, one loop per partition on a cluster (see ``Consumer.stream_groups``).
 
-    While entries keep coming, each batch is processed in a flight of its own that reads
-    the next batch just before it commits, and the loop plans that batch while the first
-    commits (:mod:`workers.flights`); the loop blocks on XREADGROUP only when nothing was
-    waiting. Entries already read when the stop comes are processed before the loop ends
-    (no new read is made). After an error, the flights still committing end first.
+    While entries keep coming, each commit carries the next read (``process_and_read``);
+    the loop blocks on XREADGROUP only when nothing was waiting. Entries already read
+    when the stop comes are processed before the loop ends (no new read is made).
     """
-    async with open_flights(lambda raw, ahead, gate: consumer.process(raw, prefetch=ahead, gate=gate),
-                            lambda wanted: consumer.read_batch(wanted, wait=False)) as flights:
-        await _read_flights(consumer, flights, streams, stop, backoff)
-
-
-async def _read_flights(consumer: Consumer, flights: Flights, streams: list[str], stop: anyio.Event,
-                        backoff: Backoff) -> None:
     drain = True
     ahead: list[RawEntry] = []
     active, checked = streams, time.monotonic()
@@ -160,52 +150,36 @@ async def _read_flights(consumer: Consumer, flights: Flights, streams: list[str]
     while not stop.is_set() or ahead:
         METRICS.mark(loop)  # liveness (workers.health): a read returned, timed out, or a back-off ended
         try:
-            flights.raise_failed()
             if active is not streams and time.monotonic() - checked > consumer.options.claim_idle_ms / 1000:
                 active, checked = await consumer.readable(streams), time.monotonic()
             if drain:
-                await flights.settle()
                 await consumer.drain_pending(active)
                 drain = False
                 continue
             raw = ahead or await consumer.read_batch(active)
             ahead = []
             if raw:
-                ahead = await flights.process_and_read(raw, None if stop.is_set() else active)
-            if stop.is_set() and not ahead:
-                await flights.settle()  # the batches in flight commit before the loop ends
+                ahead = await consumer.process_and_read(raw, None if stop.is_set() else active)
             backoff.ok()
             METRICS.add("reconnects", lost)
             lost = False
-        except (GroupMissingError, redis_exc.RedisError) as e:
-            ahead, drain = [], True  # read but unprocessed: still pending, drain_pending reads them again
-            await flights.abandon()
-            server_lost, found = await _recover(consumer, streams, backoff, e)
-            lost = lost or server_lost
-            if found is not None:
-                active, checked = found, time.monotonic()
+        except GroupMissingError as e:  # a write stream deleted under us: its group goes with it
+            ahead, drain = [], True
+            log.warning("worker.group_recreated", error=str(e))
+            await consumer.ensure_groups()
+        except redis_exc.RedisError as e:
+            ahead = []  # read but unprocessed: still pending, drain_pending reads them again
+            drain = True
+            if is_whole_server(e):
+                lost = True
+                await _wait(backoff, e)
+            elif "WRONGTYPE" in str(e) or "UNBLOCKED" in str(e):  # a write stream retyped or deleted
+                active, checked = await consumer.readable(streams), time.monotonic()
+                if not active:
+                    await _wait(backoff, e)
+            else:
+                raise
     METRICS.unmark(loop)
-
-
-async def _recover(consumer: Consumer, streams: list[str], backoff: Backoff,
-                   error: GroupMissingError | redis_exc.RedisError) -> tuple[bool, list[str] | None]:
-    """After a read loop's error (its flights ended): recreate a vanished group, back off
-    while the server is lost, or find which of ``streams`` are readable; anything else is
-    raised. Returns whether the server was lost, and the streams to read from now on
-    (``None``: as before)."""
-    if isinstance(error, GroupMissingError):  # a write stream deleted under us: its group goes with it
-        log.warning("worker.group_recreated", error=str(error))
-        await consumer.ensure_groups()
-        return False, None
-    if is_whole_server(error):
-        await _wait(backoff, error)
-        return True, None
-    if "WRONGTYPE" in str(error) or "UNBLOCKED" in str(error):  # a write stream retyped or deleted
-        active = await consumer.readable(streams)
-        if not active:
-            await _wait(backoff, error)
-        return False, active
-    raise error
 
 
 async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -> None:

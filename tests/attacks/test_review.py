@@ -66,8 +66,8 @@ async def test_two_workers_repairing_one_lane_do_not_repeat_a_version(
     ca = await _plan(a, redis, keys, lane, entries_a)
     cb = await _plan(b, redis, keys, lane, entries_b)
     partition = keys.partition(lane)
-    [ra] = await run_commits(redis, keys, a._commit, [(partition, [ca])], retention=Retention())
-    [rb] = await run_commits(redis, keys, b._commit, [(partition, [cb])], retention=Retention())
+    [ra], _ = await run_commits(redis, keys, a._commit, [(partition, [ca])], retention=Retention())
+    [rb], _ = await run_commits(redis, keys, b._commit, [(partition, [cb])], retention=Retention())
     versions = [decode_signal(f[FIELD]).version for _, f in await redis.xrange(keys.signals(lane))]
     assert versions == sorted(set(versions)), f"lane versions repeat: {versions} (statuses {ra}, {rb})"
 
