@@ -183,7 +183,8 @@ def _cmd_get(args: argparse.Namespace) -> int:
                                        config=WorkingMemoryConfig(scope=lane_scope(args)))
             doc = await store.get(args.resource, args.thread)
         if doc is None:
-            print("wm-signals: no working memory stored for that lane", file=sys.stderr)
+            print("wm-signals: no working memory stored for that lane (check --namespace, --scope and the ids)",
+                  file=sys.stderr)
             return 1
         if args.json:
             print(json_line({"lane": doc.lane, "version": doc.version, "format": doc.format, "data": doc.data}))

@@ -262,6 +262,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     run_async(main)
     signals, deliveries = loaded
+    if not signals and not deliveries:  # as replay: no file, not an empty one that looks like an export
+        raise InvalidInputError("nothing to export: no signals retained for that lane and no deliveries "
+                                "(check --namespace, --scope and the ids); no file was written")
     try:
         if args.output == "-":  # standard output (replay --file - reads standard input)
             sys.stdout.write(encode_export(signals, deliveries))

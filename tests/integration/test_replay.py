@@ -104,6 +104,26 @@ def test_export_round_trip_and_verify_finds_corruption(redis_server: RedisServer
         assert record["entryId"] in err and message in err
 
 
+def test_export_of_a_lane_with_nothing_retained_is_refused_and_writes_no_file(
+    redis_server: RedisServer, keys: Keys, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lane that names nothing (a mistyped id, another namespace) is exit 2 naming what to
+    check, as replay is, and the output file is neither created nor truncated; it used to
+    be exit 0 with an empty file that read as a lane with no history."""
+    path, kept = tmp_path / "new.jsonl", tmp_path / "kept.jsonl"
+    kept.write_text("an earlier export\n")
+    for target in (path, kept):
+        code, out, err = _cli(capsys, "export", *_flags(redis_server, keys), "--resource", "nobody",
+                              "-o", str(target))
+        assert code == 2 and out == ""
+        assert "nothing to export" in err and "--namespace" in err
+    assert not path.exists() and kept.read_text() == "an earlier export\n"
+    code, _, err = _cli(capsys, "export", *_flags(redis_server, keys), "--thread", "nothread", "-o", "-")
+    assert code == 2 and "nothing to export" in err
+    code, _, err = _cli(capsys, "get", *_flags(redis_server, keys), "--resource", "nobody")
+    assert code == 1 and "--namespace" in err
+
+
 def test_materialise_rejects_a_delta_without_snapshot() -> None:
     """A chain that starts with a delta cannot be rebuilt."""
     delta = Signal(id="working-memory", mode="delta", cache_key="sha256:x", tag_name="working-memory",
