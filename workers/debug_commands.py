@@ -19,7 +19,7 @@ from rich.table import Table
 from signals.core.diff import unified_patch
 from signals.core.models import Delivery, Signal
 from signals.core.retention import Retention
-from signals.core.signing import Signer
+from signals.core.signing import MAC_FIELD, Signer
 from signals.core.tokens import approx_tokens
 from signals.errors import InvalidInputError, VerifyError
 from signals.streams.deadletters import DeadLetters
@@ -123,7 +123,8 @@ def _show_deliveries(deliveries: list[Delivery], *, as_json: bool) -> None:
 
 
 def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery],
-          truth: DocumentState | None = None, retention: Retention | None = None) -> int:
+          truth: DocumentState | None = None, retention: Retention | None = None, *, unchecked_macs: bool = False,
+          ) -> int:
     """Print or verify; with ``truth`` (``--verify`` against Redis) the latest signal is also
     checked against the stored document (:func:`signals.streams.replay.check_document`).
 
@@ -176,13 +177,23 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         else:
             sys.stdout.write(found_at + "\n")
     if args.verify:
-        first = signals[0][1].version if signals else 0
-        print(f"verified {count} signals (versions {first}..{first + count - 1}): chain and cacheKeys intact")
-        if trimmed is not None:
-            print(_trimmed_note(signals[0][1], retention))
-        if document is not None:
-            print(body(document))
+        _verified(signals, count, unchecked_macs=unchecked_macs,
+                  trimmed=None if trimmed is None else _trimmed_note(signals[0][1], retention), document=document)
     return 0
+
+
+def _verified(signals: list[tuple[str, Signal]], count: int, *, unchecked_macs: bool, trimmed: str | None,
+              document: str | None) -> None:
+    """What ``replay --verify`` says when the history checked out."""
+    first = signals[0][1].version if signals else 0
+    print(f"verified {count} signals (versions {first}..{first + count - 1}): chain and cacheKeys intact")
+    if unchecked_macs:  # signed by the workers, but without the key nothing proves who wrote them
+        print("the signals carry MACs, which were not checked: give the signing key "
+              "(--signing-key-file or WM_SIGNALS_SIGNING_KEY) to check that workers wrote them")
+    if trimmed is not None:
+        print(trimmed)
+    if document is not None:
+        print(body(document))
 
 
 def _check_replay_flags(args: argparse.Namespace) -> None:
@@ -228,11 +239,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                     print(f"wm-signals: verify failed: {e}", file=sys.stderr)
                     return 1
                 deliveries: list[Delivery] = []
+                unchecked = signer is None and await _signed(redis, settings.keys().signals(lane))
             else:
                 signals, deliveries = await _load(redis, settings.keys(), args, signer=signer)
-        return _show(args, signals, deliveries, truth, Retention.of(settings.retain_signals, settings.retain_age))
+                unchecked = False
+        return _show(args, signals, deliveries, truth, Retention.of(settings.retain_signals, settings.retain_age),
+                     unchecked_macs=unchecked)
 
     return run_async(main)
+
+
+async def _signed(redis: Any, stream: str) -> bool:
+    """Whether the lane's newest signal carries a MAC (its workers sign: see
+    :mod:`signals.core.signing`)."""
+    newest = await redis.xrevrange(stream, count=1)
+    return bool(newest) and MAC_FIELD in (newest[0][1] or {})
 
 
 async def _load(redis: Any, keys: Keys, args: argparse.Namespace,

@@ -338,6 +338,26 @@ async def test_subscribe_with_another_key_says_entries_were_refused(
     assert code != 0 and out == "" and "entries were refused" in err and "no signals yet" not in err, (code, err)
 
 
+async def test_verify_without_the_key_says_the_macs_were_not_checked(
+    redis_server: RedisServer, redis: Redis, keys: Keys, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """replay --verify of a signed lane without the signing key checks the chain but cannot
+    tell who wrote it: it says so (it used to report the lane verified and nothing more);
+    with the key, or on a lane that is not signed, there is no such note."""
+    await _write(redis_server.url, redis, keys, [_doc(0), _doc(1)], signing_key=KEY.decode())
+    code, out, _ = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--resource", "u", "--verify")
+    assert code == 0 and "verified 2 signals" in out and "MACs, which were not checked" in out
+    monkeypatch.setenv("WM_SIGNALS_SIGNING_KEY", KEY.decode())
+    code, out, _ = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--resource", "u", "--verify")
+    assert code == 0 and "verified 2 signals" in out and "not checked" not in out
+    monkeypatch.delenv("WM_SIGNALS_SIGNING_KEY")
+    await redis.delete(keys.signals("r:u"))
+    await _write(redis_server.url, redis, keys, [_doc(2)])
+    code, out, _ = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--resource", "u", "--verify")
+    assert code == 0 and "verified" in out and "not checked" not in out, out
+
+
 # --- the delivery log --------------------------------------------------------------------------
 
 
