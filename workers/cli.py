@@ -19,7 +19,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 from redis import exceptions as redis_exc
@@ -55,6 +55,14 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error is one line on stderr and exit 2, as every other error of the CLI
+        (argparse printed its whole usage block first): the line names the command, what
+        is wrong, and where the usage is."""
+        command = self.prog.partition(" ")[2]  # the subcommand's parser is named "wm-signals CMD"
+        where = f"{command}: " if command else ""
+        self.exit(2, f"wm-signals: {where}{' '.join(message.split())} (see: {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

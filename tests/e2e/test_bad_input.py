@@ -252,6 +252,16 @@ def test_an_abbreviated_flag_is_refused(url: str) -> None:
     assert proc.returncode == 2 and "--resour" in proc.stderr
 
 
+@pytest.mark.parametrize("args", [["get", "--bogus"], ["bogus"], [], ["replay", "--at", "x", "--resource", "u"],
+                                  ["write", "--resource"]])
+def test_a_usage_error_is_one_line(args: list[str]) -> None:
+    """A flag or command argparse refuses is one line on stderr naming it and where the usage
+    is, exit 2, as every other error (argparse printed its multi-line usage block first)."""
+    proc = wm(*args)
+    assert proc.stdout == ""
+    assert_one_line(proc, 2, "--help")
+
+
 @pytest.mark.parametrize("flags", [["--deliveries", "--verify"], ["--deliveries", "--at", "1"],
                                    ["--deliveries", "--from", "1"], ["--at", "1", "--to", "3"],
                                    ["--verify", "--from", "3"], ["--from", "3", "--to", "1"]])
@@ -295,10 +305,12 @@ def test_replay_takes_a_time_without_a_zone_as_utc() -> None:
 
 
 def test_export_to_standard_output(url: str) -> None:
-    """``export -o -`` writes the file's lines to standard output (it made a file named '-')."""
+    """``export -o -`` means standard output (it made a file named '-'). The lane's writes
+    have no signals yet (no worker ran): nothing to export, exit 2, and still no file."""
     namespace = _lane_with_two_versions(url)
     proc = wm("export", "--redis-url", url, "--namespace", namespace, "--resource", "bob", "-o", "-")
-    assert proc.returncode == 0 and proc.stdout == "" and not (ROOT / "-").exists()
+    assert proc.stdout == "" and not (ROOT / "-").exists()
+    assert_one_line(proc, 2, "nothing to export")
 
 
 def test_inspect_top_takes_no_negative_number(url: str) -> None:
