@@ -14,6 +14,7 @@ __all__ = (
     "DurabilityError",
     "EmptyTemplateOverwriteError",
     "GroupMissingError",
+    "IdempotencyKeyReusedError",
     "InvalidInputError",
     "MissingDependencyError",
     "NamespaceMismatchError",
@@ -35,6 +36,16 @@ class WmSignalsError(Exception):
 
 class InvalidInputError(WmSignalsError):
     """Raised when a caller's input is malformed: unknown scope or format, bad JSON, a missing id."""
+
+
+class IdempotencyKeyReusedError(InvalidInputError):
+    """Raised when an idempotency key that made a lane's version ``version`` comes back with
+    another write (other text, another merge, another operation): a retry must repeat its
+    request exactly, and a new write needs a new key. Nothing is written."""
+
+    def __init__(self, message: str, *, version: int) -> None:
+        super().__init__(message)
+        self.version = version
 
 
 class ScenarioError(InvalidInputError):

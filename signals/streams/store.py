@@ -7,7 +7,11 @@ an explicit ``if_version`` a write that loses the race is recomputed on the fres
 document and retried (merges never lose a field); with one, a mismatch raises
 :class:`~signals.errors.ConflictError`. An ``idempotency_key`` makes a retried write
 apply once: the retry returns the version the first attempt produced (keys expire after
-``idempotency_ttl_s``).
+``idempotency_ttl_s``). The key remembers a fingerprint of its request (the operation and
+its text, or its merge object with sorted keys): the same key with another request is
+refused with :class:`~signals.errors.IdempotencyKeyReusedError`, naming the version the
+key made, and nothing is written (it used to return that version silently, as if the
+new write had been applied).
 
 A thread belongs to one resource forever: the first write or :meth:`create_thread`
 records the owner; a write naming another resource is refused. For thread scope the
@@ -17,11 +21,13 @@ the owner never changes once set.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import anyio
+import msgspec
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
@@ -34,6 +40,7 @@ from signals.errors import (
     ConflictError,
     CorruptDataError,
     DurabilityError,
+    IdempotencyKeyReusedError,
     InvalidInputError,
     ReadOnlyError,
     RedisBusyError,
@@ -228,6 +235,7 @@ class WorkingMemoryStore:
             if_version=if_version,
             idempotency_key=idempotency_key,
             op=op,
+            request=lambda: text,
         )
 
     async def merge(
@@ -250,6 +258,7 @@ class WorkingMemoryStore:
             if_version=if_version,
             idempotency_key=idempotency_key,
             op=op,
+            request=lambda: update if isinstance(update, str) else msgspec.json.encode(update, order="sorted").decode(),
         )
 
     async def _check_namespace(self, *, record: bool = True) -> None:
@@ -310,14 +319,15 @@ class WorkingMemoryStore:
         ]
 
     def _script_args(self, ref: LaneRef, version: int, data: str, *, op: Literal["replace", "merge", "create"],
-                     owner: str, idempotency_key: str | None) -> list[str | int]:
-        """The write script's ARGV, with the write event it appends."""
+                     owner: str, idempotency_key: str | None, fingerprint: str = "") -> list[str | int]:
+        """The write script's ARGV, with the write event it appends (``fingerprint``: the
+        request's, stored with the idempotency key; see :func:`_fingerprint`)."""
         now = now_iso()
         event = WriteEvent(lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
                            data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,
                            written_at=now, idempotency_key=idempotency_key)
         return [version, version + 1, data, self.config.format, encode_json(event), owner,
-                self.idempotency_ttl_s, ref.lane, now, ref.scope]
+                self.idempotency_ttl_s, ref.lane, now, ref.scope, fingerprint]
 
     async def _run_write(self, ref: LaneRef, script_keys: list[str],
                          args: list[str | int]) -> tuple[str, str, object]:
@@ -349,7 +359,7 @@ class WorkingMemoryStore:
         return str(status), str(detail), acked
 
     async def _check_replicated(self, ref: LaneRef, version: int, acked: object,
-                                idempotency_key: str | None = None) -> None:
+                                idempotency_key: str | None = None, fingerprint: str = "") -> None:
         """Raise :class:`DurabilityError` unless ``acked`` (a ``WAIT`` reply) covers the
         durability setting; for a ``dup`` (``acked`` None), confirm the idempotency key first."""
         durability = self.durability
@@ -357,7 +367,8 @@ class WorkingMemoryStore:
             return
         if acked is None and idempotency_key is not None:
             try:
-                acked = await confirm_key(self.redis, self.keys.idempotency(ref.lane, idempotency_key), str(version),
+                stored = f"{version} {fingerprint}" if fingerprint else str(version)  # as the write script keeps it
+                acked = await confirm_key(self.redis, self.keys.idempotency(ref.lane, idempotency_key), stored,
                                           durability)
             except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
                 raise RedisUnavailableError(f"confirming {ref.lane} version {version}: {e}") from e
@@ -394,7 +405,10 @@ class WorkingMemoryStore:
         if_version: int | None,
         idempotency_key: str | None,
         op: Literal["replace", "merge", "create"],
+        request: Callable[[], str],
     ) -> int:
+        """Compute and write (``request``: the caller's request as text, fingerprinted with
+        an idempotency key once ``compute`` has accepted it)."""
         self._check_writable()
         if idempotency_key is not None:
             validate_id(idempotency_key, "idempotency key")
@@ -404,20 +418,29 @@ class WorkingMemoryStore:
         current = self._known.peek(ref.lane)
         if current is None or (if_version is not None and current.version != if_version):
             current = await self._read(ref.lane)
+        fingerprint = ""
         for attempt in range(self.max_attempts):
             version = self._check_current(ref, current, if_version)
             data = compute(current.data if current else None)
             check_size(data, self.config.max_bytes)
-            args = self._script_args(ref, version, data, op=op, owner=owner, idempotency_key=idempotency_key)
+            if idempotency_key is not None and not fingerprint:
+                fingerprint = _fingerprint(op, self.config.format, request())
+            args = self._script_args(ref, version, data, op=op, owner=owner, idempotency_key=idempotency_key,
+                                     fingerprint=fingerprint)
             status, detail, acked = await self._run_write(ref, script_keys, args)
             if status == "ok":
                 log.debug("wm.written", lane=ref.lane, version=version + 1, op=op)
                 self._known.put(ref.lane, Document(ref.lane, data, version + 1, self.config.format))
                 await self._check_replicated(ref, version + 1, acked)
                 return version + 1
-            if status == "dup":
+            if status in ("dup", "reused"):
                 done = parse_version(detail, f"idempotency key {idempotency_key!r} of {ref.lane}")
-                await self._check_replicated(ref, done, None, idempotency_key)
+                if status == "reused":
+                    raise IdempotencyKeyReusedError(
+                        f"idempotency key {idempotency_key!r} of {ref.lane} was used for another write (it made "
+                        f"version {done}); a retry must repeat its request, and a new write needs a new key: "
+                        "nothing was written", version=done)
+                await self._check_replicated(ref, done, None, idempotency_key, fingerprint)
                 return done
             self._known.discard(ref.lane)
             refusal = self._refusal(ref, status, detail, if_version)
@@ -428,4 +451,11 @@ class WorkingMemoryStore:
             current = await self._read(ref.lane)
         raise WmSignalsError(f"{ref.lane}: gave up after {self.max_attempts} conflicting writes")
 
+
+def _fingerprint(op: str, fmt: str, request: str) -> str:
+    """A request's fingerprint, kept with its idempotency key: 32 hex digits of SHA-256 over
+    the operation, the format and the request's text. ``create`` is its own operation: a
+    retried create is the same request, a replace under the create's key is not."""
+    digest = hashlib.sha256("\0".join((op, fmt, request)).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:32]
 

@@ -18,6 +18,7 @@ from signals.core.memory import WorkingMemoryConfig
 from signals.errors import (
     ConflictError,
     DocumentTooLargeError,
+    IdempotencyKeyReusedError,
     ReadOnlyError,
     SchemaValidationError,
     ThreadOwnerError,
@@ -144,6 +145,36 @@ async def test_idempotency_key_applies_once(redis: Redis, keys: Keys) -> None:
     assert v1 == v2 == 1
     stream = keys.writes(keys.partition("r:u"))
     assert await redis.xlen(stream) == 1
+
+
+async def test_an_idempotency_key_with_another_request_is_refused(redis: Redis, keys: Keys) -> None:
+    """The key's retry (the same request: a merge object in another key order, even after
+    another writer moved the lane) returns the key's version; the same key with other text,
+    another merge or another operation is refused naming that version, and nothing is
+    written (it returned the version silently, as if the new write had been applied). A
+    key stored before fingerprints (a bare version) still answers as a retry."""
+    store = WorkingMemoryStore(redis, keys=keys, config=JSON)
+    assert await store.merge("u", {"n": 1, "m": {"a": 1, "b": 2}}, idempotency_key="op-1") == 1
+    assert await store.merge("u", {"other": True}) == 2  # another writer
+    assert await store.merge("u", {"m": {"b": 2, "a": 1}, "n": 1}, idempotency_key="op-1") == 1
+    for update in ({"n": 2}, '{"n": 1}', {"n": 1, "m": {"a": 1, "b": 2}, "x": None}):
+        with pytest.raises(IdempotencyKeyReusedError, match=r"op-1.*version 1") as refused:
+            await store.merge("u", update, idempotency_key="op-1")
+        assert refused.value.version == 1
+    stream = keys.writes(keys.partition("r:u"))
+    assert await redis.xlen(stream) == 2
+    assert (await store.get("u")).version == 2  # type: ignore[union-attr]
+
+    text = WorkingMemoryStore(redis, keys=keys)
+    assert await text.replace("t", "# T\n- one", idempotency_key="k") == 1
+    assert await text.replace("t", "# T\n- one", idempotency_key="k") == 1
+    with pytest.raises(IdempotencyKeyReusedError):
+        await text.replace("t", "# T\n- two", idempotency_key="k")
+    with pytest.raises(IdempotencyKeyReusedError):
+        await text.replace("t", "# T\n- one", idempotency_key="k", op="create")
+    await redis.set(keys.idempotency("r:t", "old"), "1")  # a key from before fingerprints
+    assert await text.replace("t", "# T\n- anything", idempotency_key="old") == 1
+    assert (await text.get("t")).data == "# T\n- one"  # type: ignore[union-attr]
 
 
 async def test_refused_writes_store_nothing(redis: Redis, keys: Keys) -> None:

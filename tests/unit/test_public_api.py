@@ -28,7 +28,8 @@ EXPECTED = frozenset({
     "Attributes", "Delivery", "Signal", "WriteEvent", "render_markup", "run_scenario",
     # errors
     "ConflictError", "CorruptDataError", "DocumentTooLargeError", "DurabilityError", "EmptyTemplateOverwriteError",
-    "GroupMissingError", "InvalidInputError", "MissingDependencyError", "NamespaceMismatchError", "PatchError",
+    "GroupMissingError", "IdempotencyKeyReusedError",
+    "InvalidInputError", "MissingDependencyError", "NamespaceMismatchError", "PatchError",
     "ReadOnlyError",
     "RedisBusyError", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError", "RedisScriptBusyError",
     "RedisUnavailableError", "ScenarioError", "SchemaValidationError", "ThreadOwnerError", "VerifyError",

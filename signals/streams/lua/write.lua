@@ -17,7 +17,9 @@
 -- KEYS: 1 doc, 2 writes stream, 3 idempotency key (or doc when none), 4 thread key
 --       (or doc when no owner check here), 5 lanes set, 6 the partition's document index
 -- ARGV: 1 expected version, 2 new version, 3 data, 4 format, 5 event json,
---       6 owner resource ('' = no check), 7 idempotency ttl s, 8 lane, 9 now iso, 10 scope
+--       6 owner resource ('' = no check), 7 idempotency ttl s, 8 lane, 9 now iso, 10 scope,
+--       11 the request's fingerprint (hex; '' = none): stored with the idempotency key's
+--       version, so that the key coming back with another request is refused ('reused')
 -- Nothing is written until every check has passed, and no command that writes can fail
 -- then: Redis does not roll a script back, so a key of another type (a WRONGTYPE error half
 -- way) would leave the write half done. The keys read first are read with pcall (their
@@ -33,7 +35,12 @@ end
 if KEYS[3] ~= KEYS[1] then
   local prev = redis.pcall('GET', KEYS[3])
   if failed(prev) then return {'type', KEYS[3]} end
-  if prev then return {'dup', prev} end
+  if prev then
+    -- '<version> <request fingerprint>' (a key stored before fingerprints: '<version>')
+    local done, print = string.match(prev, '^(%d+) (%x+)$')
+    if print and ARGV[11] ~= '' and print ~= ARGV[11] then return {'reused', done} end
+    return {'dup', done or prev}
+  end
 end
 local claim = false -- the thread's owner record, created once the write is sure
 if ARGV[6] ~= '' then
@@ -80,6 +87,6 @@ redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HSET', KEYS[6], ARGV[8], ARGV[2] .. ' ' .. id .. ' ' .. ARGV[4])
 redis.call('SADD', KEYS[5], ARGV[8])
 if KEYS[3] ~= KEYS[1] then
-  redis.call('SET', KEYS[3], ARGV[2], 'EX', tonumber(ARGV[7]))
+  redis.call('SET', KEYS[3], ARGV[11] ~= '' and ARGV[2] .. ' ' .. ARGV[11] or ARGV[2], 'EX', tonumber(ARGV[7]))
 end
 return {'ok', id}
