@@ -176,6 +176,33 @@ async def test_replay_does_not_promise_a_snapshot_when_the_stream_was_cut_below_
     assert text.returncode == 1 and b"no snapshot before it" in text.stderr
 
 
+async def test_a_stream_cut_below_its_snapshot_starts_at_one_again_at_the_next_snapshot(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """After a cut by hand (XTRIM MAXLEN) left the stream starting at a delta, the workers'
+    next snapshot trims it to the oldest listed snapshot still there, whatever the retention
+    floors say, and drops the listed snapshots the cut removed: the stream starts at a
+    snapshot again and replays (before, the orphaned deltas stayed until the floors let a
+    later snapshot trim them, and every replay failed on them)."""
+    url, lane = redis_server.url, "r:u"
+    await _write(url, redis, keys, [_doc(n) for n in range(11)], snapshot_every=4, retain_signals=50)
+    assert _snapshot_starts(await check_lane(redis, keys, lane)) == [1, 5, 9]
+    await redis.xtrim(keys.signals(lane), maxlen=9, approximate=False)  # versions 3..11: starts at a delta
+    await _write(url, redis, keys, [_doc(100 + n) for n in range(3)], snapshot_every=4, retain_signals=50)
+    signals = await check_lane(redis, keys, lane)  # starts at a snapshot; rebuilds; matches the document
+    assert [s.version for s in signals] == list(range(5, 15)) and _snapshot_starts(signals) == [5, 9, 13]
+    ids = [entry_id for entry_id, _ in await redis.xrange(keys.signals(lane))]
+    listed = await redis.lrange(keys.snapshots(lane), 0, -1)
+    assert listed == [i for i, s in zip(ids, signals, strict=True) if s.mode == "snapshot"]
+
+    await redis.xtrim(keys.signals(lane), maxlen=2, approximate=False)  # versions 13..14: every listed snapshot
+    await redis.xdel(keys.signals(lane), ids[-2])  # ... but none below the head is left to fall back on
+    await redis.lpush(keys.snapshots(lane), "junk")
+    await _write(url, redis, keys, [_doc(200 + n) for n in range(4)], snapshot_every=4, retain_signals=50)
+    signals = await check_lane(redis, keys, lane)
+    assert signals[0].mode == "snapshot" and signals[-1].version == 18
+
+
 async def test_subscribe_from_start_for_more_than_can_arrive_ends_at_its_timeout(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:

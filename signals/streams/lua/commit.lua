@@ -91,6 +91,11 @@ end
 -- entry that is not an id, lies ahead of the newest snapshot, or names no snapshot of the
 -- stream restarts the list at the newest snapshot (no trim: the stream keeps more until
 -- that snapshot is old enough). At most `retain_walk` entries are looked at per commit.
+-- A stream cut by hand (an operator's XTRIM MAXLEN, say) can start at a delta, cut off
+-- from its snapshot: then the listed snapshots the cut removed (ids below the stream's
+-- first entry) leave the list, and the stream is trimmed to the oldest listed snapshot
+-- that is left, whatever the floors say (the deltas before it rebuild nothing), or to the
+-- newest when the list cannot be trusted: it starts at a snapshot again.
 local retain_signals = tonumber(ARGV[2])
 local retain_age_ms = tonumber(ARGV[4]) or 0
 local retain_walk = 64
@@ -100,10 +105,8 @@ local function id_ms(id)
   return tonumber(string.match(id, '^(%d+)%-'))
 end
 
--- the lane version of the snapshot at stream id `id`, or nil when there is none
-local function snapshot_version(sig, id)
-  local entry = redis.call('XRANGE', sig, id, id)[1]
-  if not entry then return nil end
+-- the lane version of a stream entry that is one of our snapshots, or nil
+local function entry_snapshot_version(entry)
   local fields, payload = entry[2], nil
   for f = 1, #fields - 1, 2 do
     if fields[f] == 'e' then payload = fields[f + 1] break end
@@ -113,10 +116,31 @@ local function snapshot_version(sig, id)
   return tonumber(string.match(payload, '"version":(%d+)'))
 end
 
+-- the lane version of the snapshot at stream id `id`, or nil when there is none
+local function snapshot_version(sig, id)
+  local entry = redis.call('XRANGE', sig, id, id)[1]
+  if not entry then return nil end
+  return entry_snapshot_version(entry)
+end
+
+-- Whether the stream was cut by hand (it starts at something other than a snapshot); if
+-- so, the listed snapshots below its first entry leave the list (bounded by retain_walk).
+local function cut_by_hand(sig, snaps)
+  local head = redis.call('XRANGE', sig, '-', '+', 'COUNT', 1)[1]
+  if head == nil or entry_snapshot_version(head) ~= nil then return false end
+  for _ = 1, retain_walk do
+    local first = redis.call('LINDEX', snaps, 0)
+    if not is_id(first) or id_le(head[1], first) then break end
+    redis.call('LPOP', snaps)
+  end
+  return true
+end
+
 -- trim `sig` after `newest` (the id of the snapshot just appended, at version `newest_v`,
 -- the lane's last version `last_v`) was pushed on `snaps`
 local function retain(sig, snaps, newest, newest_v, last_v)
   local cutoff = id_ms(newest) - retain_age_ms
+  local cut = cut_by_hand(sig, snaps)
   local keep_at, keep_id = nil, nil
   local i, ids, done = 0, {}, false
   while not done and i < retain_walk do -- pages of 8: the walk usually stops at the second entry
@@ -134,8 +158,10 @@ local function retain(sig, snaps, newest, newest_v, last_v)
     if v == nil or v > last_v then -- a list we did not write: start it again at this snapshot
       redis.call('DEL', snaps)
       redis.call('RPUSH', snaps, newest)
+      if cut then redis.call('XTRIM', sig, 'MINID', newest) end
       return
     end
+    if cut and i == 1 then keep_at, keep_id = 1, id end -- the stream starts at a snapshot again
     if id_ms(id) > cutoff or last_v - v + 1 < retain_signals then
       done = true
     else
