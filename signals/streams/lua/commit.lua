@@ -92,10 +92,9 @@ end
 -- stream restarts the list at the newest snapshot (no trim: the stream keeps more until
 -- that snapshot is old enough). At most `retain_walk` entries are looked at per commit.
 -- A stream cut by hand (an operator's XTRIM MAXLEN, say) can start at a delta, cut off
--- from its snapshot: then the listed snapshots the cut removed (ids below the stream's
--- first entry) leave the list, and the stream is trimmed to the oldest listed snapshot
--- that is left, whatever the floors say (the deltas before it rebuild nothing), or to the
--- newest when the list cannot be trusted: it starts at a snapshot again.
+-- from its snapshot: it is first trimmed to its first snapshot, whatever the floors say
+-- (the deltas before it rebuild nothing, and every signal from it on does), and the
+-- listed ids before that snapshot leave the list (see repair_cut).
 local retain_signals = tonumber(ARGV[2])
 local retain_age_ms = tonumber(ARGV[4]) or 0
 local retain_walk = 64
@@ -123,24 +122,47 @@ local function snapshot_version(sig, id)
   return entry_snapshot_version(entry)
 end
 
--- Whether the stream was cut by hand (it starts at something other than a snapshot); if
--- so, the listed snapshots below its first entry leave the list (bounded by retain_walk).
-local function cut_by_hand(sig, snaps)
+-- Where a stream cut by hand must start again: nil when it starts at one of our snapshots
+-- (the usual case: one XRANGE COUNT 1), else the id of its first snapshot, scanning at
+-- most cut_scan entries past its first (a chain is at most snapshot_every long), or
+-- `newest` when none is found there.
+local cut_scan = 256
+local function cut_start(sig, newest)
   local head = redis.call('XRANGE', sig, '-', '+', 'COUNT', 1)[1]
-  if head == nil or entry_snapshot_version(head) ~= nil then return false end
-  for _ = 1, retain_walk do
-    local first = redis.call('LINDEX', snaps, 0)
-    if not is_id(first) or id_le(head[1], first) then break end
-    redis.call('LPOP', snaps)
+  if head == nil or entry_snapshot_version(head) ~= nil then return nil end
+  local cursor, seen = '(' .. head[1], 0
+  while seen < cut_scan do
+    local entries = redis.call('XRANGE', sig, cursor, '+', 'COUNT', 16)
+    if #entries == 0 then break end
+    for _, entry in ipairs(entries) do
+      if entry_snapshot_version(entry) ~= nil then return entry[1] end
+    end
+    seen = seen + #entries
+    cursor = '(' .. entries[#entries][1]
   end
-  return true
+  return newest
+end
+
+-- Start a stream cut by hand at its first snapshot again: trim it there, and drop the
+-- listed ids before it (junk included) from the front of the snapshot list (a page of
+-- retain_walk at a time: what is left of them restarts the list at a later walk).
+local function repair_cut(sig, snaps, newest)
+  local start = cut_start(sig, newest)
+  if start == nil then return end
+  redis.call('XTRIM', sig, 'MINID', start)
+  local listed, gone = redis.call('LRANGE', snaps, 0, retain_walk - 1), 0
+  for _, id in ipairs(listed) do
+    if is_id(id) and id_le(start, id) then break end
+    gone = gone + 1
+  end
+  if gone > 0 then redis.call('LTRIM', snaps, gone, -1) end
 end
 
 -- trim `sig` after `newest` (the id of the snapshot just appended, at version `newest_v`,
 -- the lane's last version `last_v`) was pushed on `snaps`
 local function retain(sig, snaps, newest, newest_v, last_v)
   local cutoff = id_ms(newest) - retain_age_ms
-  local cut = cut_by_hand(sig, snaps)
+  repair_cut(sig, snaps, newest)
   local keep_at, keep_id = nil, nil
   local i, ids, done = 0, {}, false
   while not done and i < retain_walk do -- pages of 8: the walk usually stops at the second entry
@@ -158,10 +180,8 @@ local function retain(sig, snaps, newest, newest_v, last_v)
     if v == nil or v > last_v then -- a list we did not write: start it again at this snapshot
       redis.call('DEL', snaps)
       redis.call('RPUSH', snaps, newest)
-      if cut then redis.call('XTRIM', sig, 'MINID', newest) end
       return
     end
-    if cut and i == 1 then keep_at, keep_id = 1, id end -- the stream starts at a snapshot again
     if id_ms(id) > cutoff or last_v - v + 1 < retain_signals then
       done = true
     else
