@@ -22,6 +22,7 @@ the owner never changes once set.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -258,7 +259,7 @@ class WorkingMemoryStore:
             if_version=if_version,
             idempotency_key=idempotency_key,
             op=op,
-            request=lambda: update if isinstance(update, str) else msgspec.json.encode(update, order="sorted").decode(),
+            request=lambda: _canonical(update),
         )
 
     async def _check_namespace(self, *, record: bool = True) -> None:
@@ -359,15 +360,15 @@ class WorkingMemoryStore:
         return str(status), str(detail), acked
 
     async def _check_replicated(self, ref: LaneRef, version: int, acked: object,
-                                idempotency_key: str | None = None, fingerprint: str = "") -> None:
+                                idempotency_key: str | None = None, stored: str = "") -> None:
         """Raise :class:`DurabilityError` unless ``acked`` (a ``WAIT`` reply) covers the
-        durability setting; for a ``dup`` (``acked`` None), confirm the idempotency key first."""
+        durability setting; for a ``dup`` (``acked`` None), confirm the idempotency key first
+        (rewritten with ``stored``, its value as the write script found it)."""
         durability = self.durability
         if durability is None:
             return
         if acked is None and idempotency_key is not None:
             try:
-                stored = f"{version} {fingerprint}" if fingerprint else str(version)  # as the write script keeps it
                 acked = await confirm_key(self.redis, self.keys.idempotency(ref.lane, idempotency_key), stored,
                                           durability)
             except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
@@ -434,13 +435,13 @@ class WorkingMemoryStore:
                 await self._check_replicated(ref, version + 1, acked)
                 return version + 1
             if status in ("dup", "reused"):
-                done = parse_version(detail, f"idempotency key {idempotency_key!r} of {ref.lane}")
+                done = _key_version(detail, f"idempotency key {idempotency_key!r} of {ref.lane}")
                 if status == "reused":
                     raise IdempotencyKeyReusedError(
                         f"idempotency key {idempotency_key!r} of {ref.lane} was used for another write (it made "
                         f"version {done}); a retry must repeat its request, and a new write needs a new key: "
                         "nothing was written", version=done)
-                await self._check_replicated(ref, done, None, idempotency_key, fingerprint)
+                await self._check_replicated(ref, done, None, idempotency_key, detail)
                 return done
             self._known.discard(ref.lane)
             refusal = self._refusal(ref, status, detail, if_version)
@@ -458,4 +459,21 @@ def _fingerprint(op: str, fmt: str, request: str) -> str:
     retried create is the same request, a replace under the create's key is not."""
     digest = hashlib.sha256("\0".join((op, fmt, request)).encode("utf-8", "surrogatepass"))
     return digest.hexdigest()[:32]
+
+
+def _canonical(update: str | dict[str, Any]) -> str:
+    """A merge request as the text its fingerprint covers: the JSON object with its keys
+    sorted, however it was given (a JSON text in any layout, or a dict). Called once the
+    merge accepted ``update``, so it is valid JSON."""
+    value = msgspec.json.decode(update) if isinstance(update, str) else update
+    return msgspec.json.encode(value, order="sorted").decode()
+
+
+def _key_version(stored: str, what: str) -> int:
+    """The version an idempotency key made, from its stored value (``<version>``, or
+    ``<version> <32 hex digits>`` with the request's fingerprint)."""
+    version, _, fingerprint = stored.partition(" ")
+    if fingerprint and not re.fullmatch(r"[0-9a-f]{32}", fingerprint):
+        raise CorruptDataError(f"{what} is {stored[:80]!r}, not a version and a request fingerprint")
+    return parse_version(version, what)
 

@@ -53,7 +53,13 @@ async def test_unreplicated_write_is_stored_refused_and_safely_retried() -> None
                         while (await replica_client.info("replication"))["master_link_status"] != "up":
                             await anyio.sleep(0.05)
                     retry = WorkingMemoryStore(client, keys=keys, durability=Durability(1, 2000))
+                    stored = await client.get(keys.idempotency("r:ada", "k1"))
                     assert await retry.replace("ada", "# Ada\n- likes tea", idempotency_key="k1") == 1
+                    assert await client.get(keys.idempotency("r:ada", "k1")) == stored  # confirmed unchanged
+                    legacy = keys.idempotency("r:ada", "old")  # a key from before request fingerprints
+                    await client.set(legacy, "1")
+                    assert await retry.replace("ada", "# Ada\n- other", idempotency_key="old") == 1
+                    assert await client.get(legacy) == "1"  # it took no fingerprint (review finding)
                     assert await replica_client.hget(keys.doc("r:ada"), "version") == "1"
                     assert await retry.replace("ada", "# Ada\n- likes green tea") == 2  # a new write waits too
                 finally:

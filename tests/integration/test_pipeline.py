@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from signals.core.memory import WorkingMemoryConfig
 from signals.errors import (
     ConflictError,
+    CorruptDataError,
     DocumentTooLargeError,
     IdempotencyKeyReusedError,
     ReadOnlyError,
@@ -164,6 +165,19 @@ async def test_an_idempotency_key_with_another_request_is_refused(redis: Redis, 
     stream = keys.writes(keys.partition("r:u"))
     assert await redis.xlen(stream) == 2
     assert (await store.get("u")).version == 2  # type: ignore[union-attr]
+    # a merge given as JSON text is the same request in any layout, and as the dict
+    assert await store.merge("u", '{"c": 1, "d": [1, 2]}', idempotency_key="op-2") == 3
+    assert await store.merge("u", '{"d":[1,2],"c":1}', idempotency_key="op-2") == 3
+    assert await store.merge("u", {"d": [1, 2], "c": 1}, idempotency_key="op-2") == 3
+    with pytest.raises(IdempotencyKeyReusedError):
+        await store.merge("u", '{"c": 1, "d": [2, 1]}', idempotency_key="op-2")
+    thread = WorkingMemoryStore(redis, keys=keys)  # another resource's retry of a thread write
+    assert await thread.replace("u", "# T", thread_id="th1", scope="thread", idempotency_key="t") == 1
+    with pytest.raises(ThreadOwnerError):
+        await thread.replace("intruder", "# T", thread_id="th1", scope="thread", idempotency_key="t")
+    await redis.set(keys.idempotency("r:u", "bad"), "1 not-a-fingerprint")
+    with pytest.raises(CorruptDataError, match="not a version and a request fingerprint"):
+        await store.merge("u", {"n": 1}, idempotency_key="bad")
 
     text = WorkingMemoryStore(redis, keys=keys)
     assert await text.replace("t", "# T\n- one", idempotency_key="k") == 1

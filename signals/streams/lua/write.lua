@@ -32,22 +32,23 @@ local function mistyped(key, want)
   local t = redis.call('TYPE', key)['ok']
   return t ~= 'none' and t ~= want
 end
-if KEYS[3] ~= KEYS[1] then
-  local prev = redis.pcall('GET', KEYS[3])
-  if failed(prev) then return {'type', KEYS[3]} end
-  if prev then
-    -- '<version> <request fingerprint>' (a key stored before fingerprints: '<version>')
-    local done, print = string.match(prev, '^(%d+) (%x+)$')
-    if print and ARGV[11] ~= '' and print ~= ARGV[11] then return {'reused', done} end
-    return {'dup', done or prev}
-  end
-end
 local claim = false -- the thread's owner record, created once the write is sure
-if ARGV[6] ~= '' then
+if ARGV[6] ~= '' then -- before the idempotency key: another resource's retry is refused too
   local owner = redis.pcall('HGET', KEYS[4], 'resource')
   if failed(owner) then return {'type', KEYS[4]} end
   if owner and owner ~= ARGV[6] then return {'owner', owner} end
   claim = not owner
+end
+if KEYS[3] ~= KEYS[1] then
+  local prev = redis.pcall('GET', KEYS[3])
+  if failed(prev) then return {'type', KEYS[3]} end
+  if prev then
+    -- '<version> <request fingerprint>' (a key stored before fingerprints: '<version>');
+    -- returned as it is stored: the caller checks it, and confirms it unchanged
+    local print = string.match(prev, '^%d+ (%x+)$')
+    if print and ARGV[11] ~= '' and print ~= ARGV[11] then return {'reused', prev} end
+    return {'dup', prev}
+  end
 end
 local CHAIN_IDS = 128
 local BLOCK_BYTES = CHAIN_IDS / 2 * 16 -- ids of this time's length (13 digits, '-', a short sequence) and a space
