@@ -56,6 +56,22 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """As argparse's, but what a subcommand does not know is refused by the subcommand's
+        parser, so that the error names the command and its ``--help`` (the root parser
+        reported it, pointing to a help that does not list the command's flags)."""
+        parsed, extra = super().parse_known_args(args, namespace)
+        command = getattr(parsed, "command", None)
+        if extra and command and not self.prog.partition(" ")[2]:
+            chosen = self._subcommands().get(command)
+            if chosen is not None:
+                chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+    def _subcommands(self) -> dict[str, argparse.ArgumentParser]:
+        actions = self._subparsers._group_actions if self._subparsers else []
+        return next((dict(a.choices) for a in actions if isinstance(a, argparse._SubParsersAction)), {})
+
     def error(self, message: str) -> NoReturn:
         """A usage error is one line on stderr and exit 2, as every other error of the CLI
         (argparse printed its whole usage block first): the line names the command, what

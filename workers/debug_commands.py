@@ -250,10 +250,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 async def _signed(redis: Any, stream: str) -> bool:
-    """Whether the lane's newest signal carries a MAC (its workers sign: see
-    :mod:`signals.core.signing`)."""
-    newest = await redis.xrevrange(stream, count=1)
-    return bool(newest) and MAC_FIELD in (newest[0][1] or {})
+    """Whether any retained signal of the lane carries a MAC (workers signed it: see
+    :mod:`signals.core.signing`); newest first, a page at a time (``--verify`` has just
+    read them all)."""
+    end = "+"
+    while page := await redis.xrevrange(stream, max=end, count=500):
+        if any(MAC_FIELD in (fields or {}) for _, fields in page):
+            return True
+        if len(page) < 500:
+            return False
+        end = "(" + page[-1][0]
+    return False
 
 
 async def _load(redis: Any, keys: Keys, args: argparse.Namespace,
@@ -284,8 +291,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     run_async(main)
     signals, deliveries = loaded
     if not signals and not deliveries:  # as replay: no file, not an empty one that looks like an export
-        raise InvalidInputError("nothing to export: no signals retained for that lane and no deliveries "
-                                "(check --namespace, --scope and the ids); no file was written")
+        raise InvalidInputError("nothing to export: no signals retained for that lane and no deliveries (no "
+                                "worker has processed its writes yet, or check --namespace, --scope and the ids); "
+                                "no file was written")
     try:
         if args.output == "-":  # standard output (replay --file - reads standard input)
             sys.stdout.write(encode_export(signals, deliveries))

@@ -352,8 +352,11 @@ async def test_verify_without_the_key_says_the_macs_were_not_checked(
     code, out, _ = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--resource", "u", "--verify")
     assert code == 0 and "verified 2 signals" in out and "not checked" not in out
     monkeypatch.delenv("WM_SIGNALS_SIGNING_KEY")
+    await _write(redis_server.url, redis, keys, [_doc(2)])  # a worker without the key: an unsigned tail
+    code, out, _ = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--resource", "u", "--verify")
+    assert code == 0 and "verified 3 signals" in out and "MACs, which were not checked" in out, out
     await redis.delete(keys.signals("r:u"))
-    await _write(redis_server.url, redis, keys, [_doc(2)])
+    await _write(redis_server.url, redis, keys, [_doc(3)])
     code, out, _ = await _run_cli(capsys, "replay", *_flags(redis_server, keys), "--resource", "u", "--verify")
     assert code == 0 and "verified" in out and "not checked" not in out, out
 
