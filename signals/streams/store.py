@@ -21,14 +21,11 @@ the owner never changes once set.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import anyio
-import msgspec
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
@@ -52,6 +49,7 @@ from signals.errors import (
 from signals.streams.backoff import full_jitter
 from signals.streams.client import Client, connect, lua, now_iso
 from signals.streams.durability import Durability, confirm_key, write_and_wait
+from signals.streams.idempotency import canonical_merge, parse_stored, request_fingerprint
 from signals.streams.keys import Keys, lane_id, validate_id
 from signals.streams.namespace import NamespaceCheck
 
@@ -259,7 +257,7 @@ class WorkingMemoryStore:
             if_version=if_version,
             idempotency_key=idempotency_key,
             op=op,
-            request=lambda: _canonical(update),
+            request=lambda: canonical_merge(update),
         )
 
     async def _check_namespace(self, *, record: bool = True) -> None:
@@ -382,6 +380,46 @@ class WorkingMemoryStore:
                               "it may be lost on a failover (retrying with the same idempotency key is safe)",
                               lane=ref.lane, version=version, acked=count, required=durability.replicas)
 
+    async def _retried(self, ref: LaneRef, owner: str, idempotency_key: str, fingerprint: str) -> int | None:
+        """The version a used ``idempotency_key`` made, when this is its retry; ``None``
+        when the key is new (the write script checks it again, atomically, with the write).
+
+        Checked before the write is computed: a retry is the same request as the first
+        attempt, which ``if_version`` or the schema may refuse now that the lane moved on
+        (another writer's change), and it must still answer with the key's version. A
+        thread's owner is checked first, as the write script does."""
+        key = self.keys.idempotency(ref.lane, idempotency_key)
+        try:
+            stored = await self.redis.get(key)
+        except redis_exc.ResponseError as e:  # WRONGTYPE: the write script names the key
+            log.debug("wm.idempotency_key_unreadable", key=key, error=str(e))
+            return None
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"reading {key}: {e}") from e
+        if stored is None:
+            return None
+        if owner and ref.thread_id:
+            await self._ensure_owner_matches(ref, owner)
+        return await self._answer_retry(ref, idempotency_key, cast(str, stored), fingerprint)
+
+    async def _ensure_owner_matches(self, ref: LaneRef, owner: str) -> None:
+        """Refuse a thread write naming another resource than the thread's owner."""
+        recorded = await self.thread_owner(ref.thread_id or "")
+        if recorded is not None and recorded != owner:
+            raise ThreadOwnerError(f"thread {ref.thread_id!r} belongs to resource {recorded!r}, not {owner!r}")
+
+    async def _answer_retry(self, ref: LaneRef, idempotency_key: str | None, stored: str, fingerprint: str) -> int:
+        """A used idempotency key's answer: its version, confirmed under a durability
+        setting; :class:`IdempotencyKeyReusedError` when it was used for another request."""
+        done, made_by = parse_stored(stored, f"idempotency key {idempotency_key!r} of {ref.lane}")
+        if made_by and fingerprint and made_by != fingerprint:
+            raise IdempotencyKeyReusedError(
+                f"idempotency key {idempotency_key!r} of {ref.lane} was used for another write (it made version "
+                f"{done}); a retry must repeat its request, and a new write needs a new key: nothing was written",
+                version=done)
+        await self._check_replicated(ref, done, None, idempotency_key, stored)
+        return done
+
     def _refusal(self, ref: LaneRef, status: str, detail: str, if_version: int | None) -> WmSignalsError | None:
         """The error for a refused write script call (``None`` for a retryable conflict)."""
         if status == "corrupt":
@@ -409,23 +447,26 @@ class WorkingMemoryStore:
         request: Callable[[], str],
     ) -> int:
         """Compute and write (``request``: the caller's request as text, fingerprinted with
-        an idempotency key once ``compute`` has accepted it)."""
+        an idempotency key; see :mod:`signals.streams.idempotency`)."""
         self._check_writable()
+        fingerprint = ""
         if idempotency_key is not None:
             validate_id(idempotency_key, "idempotency key")
+            fingerprint = request_fingerprint(op, self.config.format, request())
         await self._check_namespace()
         ref, owner = await self._resolve_owner(ref)
         script_keys = self._script_keys(ref, owner, idempotency_key)
+        # a retry is answered before the lane's version or text is looked at
+        if idempotency_key is not None and (done := await self._retried(ref, owner, idempotency_key,
+                                                                         fingerprint)) is not None:
+            return done
         current = self._known.peek(ref.lane)
         if current is None or (if_version is not None and current.version != if_version):
             current = await self._read(ref.lane)
-        fingerprint = ""
         for attempt in range(self.max_attempts):
             version = self._check_current(ref, current, if_version)
             data = compute(current.data if current else None)
             check_size(data, self.config.max_bytes)
-            if idempotency_key is not None and not fingerprint:
-                fingerprint = _fingerprint(op, self.config.format, request())
             args = self._script_args(ref, version, data, op=op, owner=owner, idempotency_key=idempotency_key,
                                      fingerprint=fingerprint)
             status, detail, acked = await self._run_write(ref, script_keys, args)
@@ -435,14 +476,7 @@ class WorkingMemoryStore:
                 await self._check_replicated(ref, version + 1, acked)
                 return version + 1
             if status in ("dup", "reused"):
-                done = _key_version(detail, f"idempotency key {idempotency_key!r} of {ref.lane}")
-                if status == "reused":
-                    raise IdempotencyKeyReusedError(
-                        f"idempotency key {idempotency_key!r} of {ref.lane} was used for another write (it made "
-                        f"version {done}); a retry must repeat its request, and a new write needs a new key: "
-                        "nothing was written", version=done)
-                await self._check_replicated(ref, done, None, idempotency_key, detail)
-                return done
+                return await self._answer_retry(ref, idempotency_key, detail, fingerprint)
             self._known.discard(ref.lane)
             refusal = self._refusal(ref, status, detail, if_version)
             if refusal is not None:
@@ -451,29 +485,3 @@ class WorkingMemoryStore:
                 await anyio.sleep(full_jitter(attempt, first_s=0.001, cap_s=0.05))
             current = await self._read(ref.lane)
         raise WmSignalsError(f"{ref.lane}: gave up after {self.max_attempts} conflicting writes")
-
-
-def _fingerprint(op: str, fmt: str, request: str) -> str:
-    """A request's fingerprint, kept with its idempotency key: 32 hex digits of SHA-256 over
-    the operation, the format and the request's text. ``create`` is its own operation: a
-    retried create is the same request, a replace under the create's key is not."""
-    digest = hashlib.sha256("\0".join((op, fmt, request)).encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()[:32]
-
-
-def _canonical(update: str | dict[str, Any]) -> str:
-    """A merge request as the text its fingerprint covers: the JSON object with its keys
-    sorted, however it was given (a JSON text in any layout, or a dict). Called once the
-    merge accepted ``update``, so it is valid JSON."""
-    value = msgspec.json.decode(update) if isinstance(update, str) else update
-    return msgspec.json.encode(value, order="sorted").decode()
-
-
-def _key_version(stored: str, what: str) -> int:
-    """The version an idempotency key made, from its stored value (``<version>``, or
-    ``<version> <32 hex digits>`` with the request's fingerprint)."""
-    version, _, fingerprint = stored.partition(" ")
-    if fingerprint and not re.fullmatch(r"[0-9a-f]{32}", fingerprint):
-        raise CorruptDataError(f"{what} is {stored[:80]!r}, not a version and a request fingerprint")
-    return parse_version(version, what)
-

@@ -175,9 +175,24 @@ async def test_an_idempotency_key_with_another_request_is_refused(redis: Redis, 
     assert await thread.replace("u", "# T", thread_id="th1", scope="thread", idempotency_key="t") == 1
     with pytest.raises(ThreadOwnerError):
         await thread.replace("intruder", "# T", thread_id="th1", scope="thread", idempotency_key="t")
-    await redis.set(keys.idempotency("r:u", "bad"), "1 not-a-fingerprint")
-    with pytest.raises(CorruptDataError, match="not a version and a request fingerprint"):
-        await store.merge("u", {"n": 1}, idempotency_key="bad")
+    for bad in ("1 not-a-fingerprint", "1 ", " 1", "1\n"):
+        await redis.set(keys.idempotency("r:u", "bad"), bad)
+        with pytest.raises(CorruptDataError, match="not a version and a request fingerprint"):
+            await store.merge("u", {"n": 1}, idempotency_key="bad")
+
+
+async def test_a_retry_is_answered_whatever_the_lane_became(redis: Redis, keys: Keys) -> None:
+    """A retry is answered before the write is computed (second review): with the
+    if_version its first attempt passed, after another writer moved the lane so far that
+    the schema would refuse the merge now, and with its numbers written another way."""
+    schema = WorkingMemoryConfig(schema={"type": "object", "maxProperties": 2})
+    store = WorkingMemoryStore(redis, keys=keys, config=schema)
+    assert await store.merge("u", {"a": 100, "b": 1}, idempotency_key="k", if_version=0) == 1
+    assert await store.merge("u", {"a": 100, "b": 1}, idempotency_key="k", if_version=0) == 1
+    assert await store.merge("u", {"a": None, "b": None, "e": 1, "f": 2}) == 2  # another writer
+    for retry in ({"a": 100, "b": 1}, '{"b": 1, "a": 1e2}', {"a": 100.0, "b": 1}):
+        assert await store.merge("u", retry, idempotency_key="k", if_version=0) == 1
+    assert await redis.xlen(keys.writes(keys.partition("r:u"))) == 2
 
     text = WorkingMemoryStore(redis, keys=keys)
     assert await text.replace("t", "# T\n- one", idempotency_key="k") == 1

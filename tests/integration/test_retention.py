@@ -181,6 +181,7 @@ async def test_replay_does_not_promise_a_snapshot_when_the_stream_was_cut_below_
     (200, 2, 59, None),  # 71 listed snapshots lie below the cut: more than one walk's page
     (11, 4, 9, 2),  # junk in the list after the cut (in place of snapshot 9)
     (11, 4, 9, 0),  # junk at the head of the list
+    (310, 300, 305, None),  # a long chain: the first snapshot 295 entries past the cut (second review)
 ])
 async def test_a_stream_cut_below_its_snapshot_starts_at_its_first_snapshot_again(
     redis_server: RedisServer, redis: Redis, keys: Keys, writes: int, every: int, cut_to: int, junk_at: int | None
@@ -211,6 +212,27 @@ async def test_a_stream_cut_below_its_snapshot_starts_at_its_first_snapshot_agai
     # aside); it may have been restarted (what a page could not drop restarts it)
     named = [entry for entry in listed if entry != "junk"]
     assert named and set(named) <= set(snapshot_ids) and named == sorted(named, key=snapshot_ids.index)
+
+
+async def test_a_cut_with_foreign_entries_before_the_first_snapshot_keeps_that_snapshot(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """300 entries no worker wrote, then the lane's re-snapshot, then a cut to a delta: the
+    repair finds the re-snapshot past the foreign entries and trims there, not to the
+    newest snapshot (which lost the 20 signals from it: found by the second review)."""
+    url, lane = redis_server.url, "r:u"
+    await _write(url, redis, keys, [_doc(n) for n in range(5)], snapshot_every=20, retain_signals=1000)
+    async with redis.pipeline(transaction=False) as pipe:
+        for n in range(300):
+            pipe.xadd(keys.signals(lane), {"x": str(n)})
+        await pipe.execute()
+    await _write(url, redis, keys, [_doc(100 + n) for n in range(10)], snapshot_every=20, retain_signals=1000)
+    length = await redis.xlen(keys.signals(lane))
+    await redis.xtrim(keys.signals(lane), maxlen=length - 2, approximate=False)  # starts at version 3, a delta
+    await _write(url, redis, keys, [_doc(200 + n) for n in range(20)], snapshot_every=20, retain_signals=1000)
+    signals = await check_lane(redis, keys, lane)
+    versions = [s.version for s in signals]  # the re-snapshot caught up on several writes at once
+    assert signals[0].mode == "snapshot" and versions == list(range(6, versions[-1] + 1)) and versions[-1] > 20
 
 
 async def test_a_stream_cut_to_deltas_only_starts_at_the_next_snapshot(

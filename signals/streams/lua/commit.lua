@@ -124,15 +124,16 @@ end
 
 -- Where a stream cut by hand must start again: nil when it starts at one of our snapshots
 -- (the usual case: one XRANGE COUNT 1), else the id of its first snapshot, scanning at
--- most cut_scan entries past its first (a chain is at most snapshot_every long), or
--- `newest` when none is found there.
-local cut_scan = 256
-local function cut_start(sig, newest)
+-- most cut_scan entries past its first; nil too when none is found there (a chain longer
+-- than that, or foreign entries): the stream is then left as it is, since nothing that
+-- may still rebuild is ever trimmed.
+local cut_scan = 1024
+local function cut_start(sig)
   local head = redis.call('XRANGE', sig, '-', '+', 'COUNT', 1)[1]
   if head == nil or entry_snapshot_version(head) ~= nil then return nil end
   local cursor, seen = '(' .. head[1], 0
   while seen < cut_scan do
-    local entries = redis.call('XRANGE', sig, cursor, '+', 'COUNT', 16)
+    local entries = redis.call('XRANGE', sig, cursor, '+', 'COUNT', 64)
     if #entries == 0 then break end
     for _, entry in ipairs(entries) do
       if entry_snapshot_version(entry) ~= nil then return entry[1] end
@@ -140,14 +141,14 @@ local function cut_start(sig, newest)
     seen = seen + #entries
     cursor = '(' .. entries[#entries][1]
   end
-  return newest
+  return nil
 end
 
 -- Start a stream cut by hand at its first snapshot again: trim it there, and drop the
 -- listed ids before it (junk included) from the front of the snapshot list (a page of
 -- retain_walk at a time: what is left of them restarts the list at a later walk).
-local function repair_cut(sig, snaps, newest)
-  local start = cut_start(sig, newest)
+local function repair_cut(sig, snaps)
+  local start = cut_start(sig)
   if start == nil then return end
   redis.call('XTRIM', sig, 'MINID', start)
   local listed, gone = redis.call('LRANGE', snaps, 0, retain_walk - 1), 0
@@ -162,7 +163,7 @@ end
 -- the lane's last version `last_v`) was pushed on `snaps`
 local function retain(sig, snaps, newest, newest_v, last_v)
   local cutoff = id_ms(newest) - retain_age_ms
-  repair_cut(sig, snaps, newest)
+  repair_cut(sig, snaps)
   local keep_at, keep_id = nil, nil
   local i, ids, done = 0, {}, false
   while not done and i < retain_walk do -- pages of 8: the walk usually stops at the second entry
