@@ -20,9 +20,9 @@ import msgspec
 from signals.core.lane import parse_version
 from signals.core.memory import parse_merge_input
 from signals.core.merge import normalise_numbers
-from signals.errors import CorruptDataError
+from signals.errors import CorruptDataError, InvalidInputError
 
-__all__ = ("canonical_merge", "parse_stored", "request_fingerprint")
+__all__ = ("canonical_merge", "parse_stored", "replace_request", "request_fingerprint")
 
 _STORED = re.compile(r"(\d{1,16})(?: ([0-9a-f]{32}))?")
 
@@ -44,6 +44,17 @@ def canonical_merge(update: str | dict[str, Any]) -> str:
     """
     value = normalise_numbers(parse_merge_input(update))
     return msgspec.json.encode(value, order="sorted").decode()
+
+
+def replace_request(text: object) -> str:
+    """A replace request as its fingerprint covers it: the text itself.
+
+    Raises:
+        InvalidInputError: ``text`` is not a string (the replace refuses it alike).
+    """
+    if not isinstance(text, str):
+        raise InvalidInputError("template-mode working memory must be a string")
+    return text
 
 
 def parse_stored(stored: str, what: str) -> tuple[int, str]:

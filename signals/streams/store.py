@@ -49,7 +49,7 @@ from signals.errors import (
 from signals.streams.backoff import full_jitter
 from signals.streams.client import Client, connect, lua, now_iso
 from signals.streams.durability import Durability, confirm_key, write_and_wait
-from signals.streams.idempotency import canonical_merge, parse_stored, request_fingerprint
+from signals.streams.idempotency import canonical_merge, parse_stored, replace_request, request_fingerprint
 from signals.streams.keys import Keys, lane_id, validate_id
 from signals.streams.namespace import NamespaceCheck
 
@@ -234,7 +234,7 @@ class WorkingMemoryStore:
             if_version=if_version,
             idempotency_key=idempotency_key,
             op=op,
-            request=lambda: text,
+            request=lambda: replace_request(text),
         )
 
     async def merge(
@@ -380,14 +380,39 @@ class WorkingMemoryStore:
                               "it may be lost on a failover (retrying with the same idempotency key is safe)",
                               lane=ref.lane, version=version, acked=count, required=durability.replicas)
 
-    async def _retried(self, ref: LaneRef, owner: str, idempotency_key: str, fingerprint: str) -> int | None:
+    def _fingerprint(self, idempotency_key: str | None, op: str, request: Callable[[], str]) -> str:
+        """The request's fingerprint for its idempotency key (checked), ``""`` without one."""
+        if idempotency_key is None:
+            return ""
+        validate_id(idempotency_key, "idempotency key")
+        return request_fingerprint(op, self.config.format, request())
+
+    async def _current(self, ref: LaneRef, if_version: int | None) -> Document | None:
+        """The lane's document as last known here, read afresh when unknown or not the
+        version the caller expects."""
+        current = self._known.peek(ref.lane)
+        if current is None or (if_version is not None and current.version != if_version):
+            current = await self._read(ref.lane)
+        return current
+
+    def _prepare(self, ref: LaneRef, current: Document | None, if_version: int | None,
+                 compute: Callable[[str | None], str]) -> tuple[int, str]:
+        """The version to write over and the new text (refused as the checks say)."""
+        version = self._check_current(ref, current, if_version)
+        data = compute(current.data if current else None)
+        check_size(data, self.config.max_bytes)
+        return version, data
+
+    async def _retried(self, ref: LaneRef, owner: str, idempotency_key: str | None, fingerprint: str) -> int | None:
         """The version a used ``idempotency_key`` made, when this is its retry; ``None``
         when the key is new (the write script checks it again, atomically, with the write).
 
         Checked before the write is computed: a retry is the same request as the first
         attempt, which ``if_version`` or the schema may refuse now that the lane moved on
         (another writer's change), and it must still answer with the key's version. A
-        thread's owner is checked first, as the write script does."""
+        thread's owner is checked first, as the write script does. ``None`` too without a key."""
+        if idempotency_key is None:
+            return None
         key = self.keys.idempotency(ref.lane, idempotency_key)
         try:
             stored = await self.redis.get(key)
@@ -398,15 +423,23 @@ class WorkingMemoryStore:
             raise RedisUnavailableError(f"reading {key}: {e}") from e
         if stored is None:
             return None
-        if owner and ref.thread_id:
-            await self._ensure_owner_matches(ref, owner)
+        if owner and ref.thread_id and not await self._owner_matches(ref, owner):
+            return None
         return await self._answer_retry(ref, idempotency_key, cast(str, stored), fingerprint)
 
-    async def _ensure_owner_matches(self, ref: LaneRef, owner: str) -> None:
-        """Refuse a thread write naming another resource than the thread's owner."""
-        recorded = await self.thread_owner(ref.thread_id or "")
+    async def _owner_matches(self, ref: LaneRef, owner: str) -> bool:
+        """Refuse a thread write naming another resource than the thread's owner; ``False``
+        when the owner record cannot be read (the write script then names the fault)."""
+        try:
+            recorded = await self.thread_owner(ref.thread_id or "")
+        except redis_exc.ResponseError as e:  # WRONGTYPE: refused, naming the key, by the write script
+            log.debug("wm.thread_owner_unreadable", thread=ref.thread_id, error=str(e))
+            return False
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"reading the owner of thread {ref.thread_id!r}: {e}") from e
         if recorded is not None and recorded != owner:
             raise ThreadOwnerError(f"thread {ref.thread_id!r} belongs to resource {recorded!r}, not {owner!r}")
+        return True
 
     async def _answer_retry(self, ref: LaneRef, idempotency_key: str | None, stored: str, fingerprint: str) -> int:
         """A used idempotency key's answer: its version, confirmed under a durability
@@ -449,24 +482,21 @@ class WorkingMemoryStore:
         """Compute and write (``request``: the caller's request as text, fingerprinted with
         an idempotency key; see :mod:`signals.streams.idempotency`)."""
         self._check_writable()
-        fingerprint = ""
-        if idempotency_key is not None:
-            validate_id(idempotency_key, "idempotency key")
-            fingerprint = request_fingerprint(op, self.config.format, request())
+        fingerprint = self._fingerprint(idempotency_key, op, request)
         await self._check_namespace()
         ref, owner = await self._resolve_owner(ref)
         script_keys = self._script_keys(ref, owner, idempotency_key)
         # a retry is answered before the lane's version or text is looked at
-        if idempotency_key is not None and (done := await self._retried(ref, owner, idempotency_key,
-                                                                         fingerprint)) is not None:
+        if (done := await self._retried(ref, owner, idempotency_key, fingerprint)) is not None:
             return done
-        current = self._known.peek(ref.lane)
-        if current is None or (if_version is not None and current.version != if_version):
-            current = await self._read(ref.lane)
+        current = await self._current(ref, if_version)
         for attempt in range(self.max_attempts):
-            version = self._check_current(ref, current, if_version)
-            data = compute(current.data if current else None)
-            check_size(data, self.config.max_bytes)
+            try:
+                version, data = self._prepare(ref, current, if_version, compute)
+            except WmSignalsError:  # refused: unless the first attempt landed since the key was read
+                if (done := await self._retried(ref, owner, idempotency_key, fingerprint)) is not None:
+                    return done
+                raise
             args = self._script_args(ref, version, data, op=op, owner=owner, idempotency_key=idempotency_key,
                                      fingerprint=fingerprint)
             status, detail, acked = await self._run_write(ref, script_keys, args)

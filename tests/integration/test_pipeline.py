@@ -20,6 +20,7 @@ from signals.errors import (
     CorruptDataError,
     DocumentTooLargeError,
     IdempotencyKeyReusedError,
+    InvalidInputError,
     ReadOnlyError,
     SchemaValidationError,
     ThreadOwnerError,
@@ -204,6 +205,39 @@ async def test_a_retry_is_answered_whatever_the_lane_became(redis: Redis, keys: 
     await redis.set(keys.idempotency("r:t", "old"), "1")  # a key from before fingerprints
     assert await text.replace("t", "# T\n- anything", idempotency_key="old") == 1
     assert (await text.get("t")).data == "# T\n- one"  # type: ignore[union-attr]
+
+
+async def test_keyed_writes_refuse_bad_input_and_bad_keys_as_unkeyed_ones_do(
+    redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Third review: a replace of something that is not text is InvalidInputError with a key
+    too (it was a bare TypeError); a thread record of another type is CorruptDataError
+    naming it on a keyed retry too (it was redis's ResponseError); and a retry whose first
+    attempt lands just after the key was read still answers with its version (it was a
+    ConflictError from the if_version the first attempt had just passed)."""
+    text = WorkingMemoryStore(redis, keys=keys)
+    for bad in (None, b"# T", {"a": 1}, 5):
+        with pytest.raises(InvalidInputError, match="must be a string"):
+            await text.replace("v", bad, idempotency_key="k")  # type: ignore[arg-type]
+    assert await text.replace("u", "# T", thread_id="th1", scope="thread", idempotency_key="k") == 1
+    await redis.delete(keys.thread("th1"))
+    await redis.set(keys.thread("th1"), "junk")
+    with pytest.raises(CorruptDataError, match="another type"):
+        await text.replace("u", "# T", thread_id="th1", scope="thread", idempotency_key="k")
+
+    first, second = WorkingMemoryStore(redis, keys=keys), WorkingMemoryStore(redis, keys=keys)
+    real = second._retried
+    raced: list[int] = []
+
+    async def first_lands_after_the_key_was_read(*args: Any) -> int | None:
+        answer = await real(*args)
+        if not raced:
+            raced.append(await first.replace("race", "# R", idempotency_key="r", if_version=0))
+        return answer
+
+    monkeypatch.setattr(second, "_retried", first_lands_after_the_key_was_read)
+    assert await second.replace("race", "# R", idempotency_key="r", if_version=0) == 1
+    assert raced == [1]
 
 
 async def test_refused_writes_store_nothing(redis: Redis, keys: Keys) -> None:

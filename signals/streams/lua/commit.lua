@@ -127,7 +127,7 @@ end
 -- most cut_scan entries past its first; nil too when none is found there (a chain longer
 -- than that, or foreign entries): the stream is then left as it is, since nothing that
 -- may still rebuild is ever trimmed.
-local cut_scan = 1024
+local cut_scan = 512
 local function cut_start(sig)
   local head = redis.call('XRANGE', sig, '-', '+', 'COUNT', 1)[1]
   if head == nil or entry_snapshot_version(head) ~= nil then return nil end
