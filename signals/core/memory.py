@@ -113,10 +113,17 @@ def check_size(text: str, max_bytes: int) -> None:
         )
 
 
-def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -> str:
-    """Template mode: the new document, after the empty-template guard and the size check."""
+def template_text(new: object) -> str:
+    """``new`` as a template-mode document's text; raises :class:`InvalidInputError` when
+    it is not a string."""
     if not isinstance(new, str):
         raise InvalidInputError("template-mode working memory must be a string")
+    return new
+
+
+def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -> str:
+    """Template mode: the new document, after the empty-template guard and the size check."""
+    new = template_text(new)
     try:
         new.encode("utf-8")
     except UnicodeEncodeError as e:

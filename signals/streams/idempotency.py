@@ -5,7 +5,8 @@ of its request: ``<version> <32 hex digits>`` (the write script sets it with the
 keys stored before fingerprints hold ``<version>`` alone and still answer as retries). A
 retry is the same request again: the same operation and format, and the same text, or the
 same merge object however it is laid out (JSON text or a dict, any key order, ``1e2`` or
-``100``). Another request under a used key is refused by the store
+``100``; a replace's text is its own request). Another request under a used key is
+refused by the store
 (:class:`~signals.errors.IdempotencyKeyReusedError`). Pure functions: no I/O here.
 """
 
@@ -20,9 +21,9 @@ import msgspec
 from signals.core.lane import parse_version
 from signals.core.memory import parse_merge_input
 from signals.core.merge import normalise_numbers
-from signals.errors import CorruptDataError, InvalidInputError
+from signals.errors import CorruptDataError
 
-__all__ = ("canonical_merge", "parse_stored", "replace_request", "request_fingerprint")
+__all__ = ("canonical_merge", "parse_stored", "request_fingerprint")
 
 _STORED = re.compile(r"(\d{1,16})(?: ([0-9a-f]{32}))?")
 
@@ -44,17 +45,6 @@ def canonical_merge(update: str | dict[str, Any]) -> str:
     """
     value = normalise_numbers(parse_merge_input(update))
     return msgspec.json.encode(value, order="sorted").decode()
-
-
-def replace_request(text: object) -> str:
-    """A replace request as its fingerprint covers it: the text itself.
-
-    Raises:
-        InvalidInputError: ``text`` is not a string (the replace refuses it alike).
-    """
-    if not isinstance(text, str):
-        raise InvalidInputError("template-mode working memory must be a string")
-    return text
 
 
 def parse_stored(stored: str, what: str) -> tuple[int, str]:

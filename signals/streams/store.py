@@ -32,7 +32,7 @@ from signals._log import get_logger
 from signals.core.codec import encode_json
 from signals.core.lane import parse_version
 from signals.core.lru import LRU
-from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace, check_size
+from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace, check_size, template_text
 from signals.core.models import Format, Scope, WriteEvent
 from signals.errors import (
     ConflictError,
@@ -49,7 +49,7 @@ from signals.errors import (
 from signals.streams.backoff import full_jitter
 from signals.streams.client import Client, connect, lua, now_iso
 from signals.streams.durability import Durability, confirm_key, write_and_wait
-from signals.streams.idempotency import canonical_merge, parse_stored, replace_request, request_fingerprint
+from signals.streams.idempotency import canonical_merge, parse_stored, request_fingerprint
 from signals.streams.keys import Keys, lane_id, validate_id
 from signals.streams.namespace import NamespaceCheck
 
@@ -234,7 +234,7 @@ class WorkingMemoryStore:
             if_version=if_version,
             idempotency_key=idempotency_key,
             op=op,
-            request=lambda: replace_request(text),
+            request=lambda: template_text(text),
         )
 
     async def merge(
@@ -320,7 +320,7 @@ class WorkingMemoryStore:
     def _script_args(self, ref: LaneRef, version: int, data: str, *, op: Literal["replace", "merge", "create"],
                      owner: str, idempotency_key: str | None, fingerprint: str = "") -> list[str | int]:
         """The write script's ARGV, with the write event it appends (``fingerprint``: the
-        request's, stored with the idempotency key; see :func:`_fingerprint`)."""
+        request's, stored with the idempotency key; see :meth:`_fingerprint`)."""
         now = now_iso()
         event = WriteEvent(lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
                            data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,
@@ -437,8 +437,8 @@ class WorkingMemoryStore:
             return False
         except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
             raise RedisUnavailableError(f"reading the owner of thread {ref.thread_id!r}: {e}") from e
-        if recorded is not None and recorded != owner:
-            raise ThreadOwnerError(f"thread {ref.thread_id!r} belongs to resource {recorded!r}, not {owner!r}")
+        if recorded is not None and recorded != owner and (refusal := self._refusal(ref, "owner", recorded, None)):
+            raise refusal  # the script's own refusal of another resource's write
         return True
 
     async def _answer_retry(self, ref: LaneRef, idempotency_key: str | None, stored: str, fingerprint: str) -> int:
@@ -505,7 +505,7 @@ class WorkingMemoryStore:
                 self._known.put(ref.lane, Document(ref.lane, data, version + 1, self.config.format))
                 await self._check_replicated(ref, version + 1, acked)
                 return version + 1
-            if status in ("dup", "reused"):
+            if status == "dup":  # the key's value as stored: this is its retry, or another request
                 return await self._answer_retry(ref, idempotency_key, detail, fingerprint)
             self._known.discard(ref.lane)
             refusal = self._refusal(ref, status, detail, if_version)

@@ -19,7 +19,7 @@
 -- ARGV: 1 expected version, 2 new version, 3 data, 4 format, 5 event json,
 --       6 owner resource ('' = no check), 7 idempotency ttl s, 8 lane, 9 now iso, 10 scope,
 --       11 the request's fingerprint (hex; '' = none): stored with the idempotency key's
---       version, so that the key coming back with another request is refused ('reused')
+--       version (the caller tells a retry from another request by it)
 -- Nothing is written until every check has passed, and no command that writes can fail
 -- then: Redis does not roll a script back, so a key of another type (a WRONGTYPE error half
 -- way) would leave the write half done. The keys read first are read with pcall (their
@@ -43,10 +43,8 @@ if KEYS[3] ~= KEYS[1] then
   local prev = redis.pcall('GET', KEYS[3])
   if failed(prev) then return {'type', KEYS[3]} end
   if prev then
-    -- '<version> <request fingerprint>' (a key stored before fingerprints: '<version>');
+    -- '<version> <request fingerprint>' (a key stored before fingerprints: '<version>'),
     -- returned as it is stored: the caller checks it, and confirms it unchanged
-    local print = string.match(prev, '^%d+ (%x+)$')
-    if print and ARGV[11] ~= '' and print ~= ARGV[11] then return {'reused', prev} end
     return {'dup', prev}
   end
 end
