@@ -149,9 +149,10 @@ _SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("l
 
 _WORKER = Role(("commit", "chain", "dead_letter"), {
     # consumer group on the write streams (leaving it at a graceful stop); trimming below the
-    # oldest pending entry; TYPE: a partition whose key holds another type is skipped
+    # oldest pending entry; TYPE: a partition whose key holds another type is skipped;
+    # XSETID and XGROUP SETID: a stream run out of ids (a hand-made largest id) restarts
     "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xgroup|delconsumer", "xpending",
-                 "xinfo|groups", "xtrim", "type"),
+                 "xinfo|groups", "xtrim", "type", "xsetid", "xgroup|setid"),
     # each batch reads its lanes' document index entries and (cache misses) tracking; a
     # document and its thread owner only when the text is needed
     "docs": R("hmget"),

@@ -354,6 +354,11 @@ class WorkingMemoryStore:
         except redis_exc.ResponseError as e:  # WRONGTYPE and the like: a key of the lane is not ours
             if str(e).startswith(("NOREPLICAS", "MASTERDOWN")):  # min-replicas-to-write, a replica cut off
                 raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
+            if "exhausted the last possible ID" in str(e):  # see workers.maintenance: restarted by a worker
+                raise RedisBusyError(
+                    f"writing {ref.lane}: the write stream {script_keys[1]} has run out of stream ids (an entry "
+                    "with the largest id was added by hand); a running worker restarts it within its maintenance "
+                    "interval: retry then") from e
             raise CorruptDataError(f"writing {ref.lane}: {e}") from e
         return str(status), str(detail), acked
 
