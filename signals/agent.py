@@ -146,6 +146,12 @@ class AgentWorkingMemory:
         naming it, until it is repaired; the first model call does this when ``start`` was
         not called). The window starts empty: the first call delivers a snapshot. With
         system-message delivery there is no signal to read ahead: returns ``[]``.
+
+        Raises:
+            ThreadOwnerError: ``thread_id`` belongs to another resource than ``resource_id``
+                (in either scope: nothing of that thread is read for this loop's model, and
+                nothing is added to its delivery log). :meth:`before_model_call` raises it
+                too when ``start`` was not called.
         """
         await self._resume_steps()
         if self.delivery == "system-message":
@@ -161,12 +167,15 @@ class AgentWorkingMemory:
         return self._steps if self.delivery == "system-message" else self.window.steps
 
     async def _resume_steps(self) -> None:
-        """Number this process's steps after the delivery log's last record (once)."""
+        """Check the thread's owner, then number this process's steps after the delivery
+        log's last record (once; a refused owner is checked again at the next call)."""
         if self._resumed:  # every model call after the first: no lock taken
             return
         async with self._resuming:  # a call made while start() resumes waits for it
             if self._resumed:
                 return
+            if self.thread_id is not None:  # before anything is read for the model or logged
+                await self.store.check_owner(self.thread_id, self.resource_id)
             if self.log is not None and self.thread_id is not None:
                 try:
                     last = await self.log.last_step(self.thread_id)  # a Redis error: not resumed, tried again

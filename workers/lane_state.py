@@ -26,9 +26,9 @@ import structlog
 
 from signals.core.lane import DOCUMENT_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking
 from signals.core.models import WriteEvent
-from signals.errors import CorruptDataError
+from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
-from signals.streams.keys import Keys
+from signals.streams.keys import Keys, validate_id
 from workers.cache import TrackingCache
 from workers.faults import raise_whole_server
 
@@ -126,8 +126,8 @@ def _apply_owners(states: dict[str, LaneState], threads: list[str], owners: list
     slow: list[str] = []
     for lane, owner in zip(threads, owners, strict=True):
         doc = states[lane].doc
-        if doc is not None and isinstance(owner, str):
-            states[lane].doc = msgspec.structs.replace(doc, resource_id=owner)
+        if doc is not None and _is_resource_id(owner):
+            states[lane].doc = msgspec.structs.replace(doc, resource_id=cast(str, owner))
         elif doc is not None:
             slow.append(lane)
     return slow
@@ -185,10 +185,20 @@ def _parse_document(keys: Keys, lane: str, reply: object, owner: object) -> tupl
         return None, f"corrupt document: {where}: {reply}"
     if isinstance(owner, Exception):
         return None, f"corrupt thread record: {keys.thread(lane[2:])}: {owner}"
+    if owner is not None and not _is_resource_id(owner):  # '' or 'x{p1}' would be its signals' resourceId
+        return None, f"corrupt thread record: {keys.thread(lane[2:])} field resource is not a resource id"
     try:
         return LaneDocument.parse(lane, cast(list[str | None], reply), cast(str | None, owner), where), None
     except CorruptDataError as e:
         return None, f"corrupt document: {e}"
+
+
+def _is_resource_id(owner: object) -> bool:
+    try:
+        validate_id(owner, "resource id")
+    except InvalidInputError:
+        return False
+    return True
 
 
 def _parse_tracking(keys: Keys, lane: str, reply: object, state: LaneState) -> None:

@@ -24,6 +24,7 @@ __all__ = (
     "decode_signal",
     "decode_write",
     "encode_json",
+    "invalid_utf8_at",
 )
 
 #: The stream field holding an entry's JSON document.
@@ -47,6 +48,18 @@ def _decoding(decode: Callable[[str | bytes], T], data: str | bytes) -> T:
         raise msgspec.DecodeError("JSON is nested too deeply") from e
     except UnicodeEncodeError as e:
         raise msgspec.DecodeError(f"not valid UTF-8 text (a lone surrogate at position {e.start})") from e
+
+
+def invalid_utf8_at(text: str) -> int | None:
+    """The position of the first character of ``text`` that is not UTF-8 encodable (a lone
+    surrogate: invalid bytes read from Redis arrive as those), or ``None``."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
 
 
 def encode_json(obj: Any) -> str:

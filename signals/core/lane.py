@@ -18,6 +18,7 @@ from typing import cast
 import msgspec
 
 from signals.core._time import now_iso
+from signals.core.codec import invalid_utf8_at
 from signals.core.models import STATE_ID, TAG_NAME, Format, Scope, Signal, WriteEvent
 from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide
 from signals.core.tokens import TokenCounter, approx_tokens
@@ -40,15 +41,6 @@ DOCUMENT_FIELDS = ("data", "version", "format", "scope", "eid")
 _CACHE_KEY = re.compile(r"sha256:[0-9a-f]{64}")
 _U64_DIGITS = 20  # 2**64 - 1 has 20 digits
 _LANE_SCOPE = {"r:": "resource", "t:": "thread"}
-
-
-def _is_utf8(text: str) -> bool:
-    """Whether text read from Redis was valid UTF-8 (invalid bytes arrive as lone surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def is_stream_id(value: str) -> bool:
@@ -184,7 +176,7 @@ class LaneDocument(msgspec.Struct, frozen=True, gc=False):
         number = parse_version(version, f"{where} field version")
         if data is None:
             raise CorruptDataError(f"{where} has version {number} but no data")
-        if not _is_utf8(data) or (owner is not None and not _is_utf8(owner)):
+        if invalid_utf8_at(data) is not None or (owner is not None and invalid_utf8_at(owner) is not None):
             raise CorruptDataError(f"{where} (or its thread's owner) is not valid UTF-8")
         if fmt not in ("markdown", "json"):
             raise CorruptDataError(f"{where} field format is {(fmt or '')[:40]!r}")

@@ -17,6 +17,7 @@ import math
 import re
 from typing import Any
 
+from signals.core.codec import invalid_utf8_at
 from signals.errors import InvalidInputError
 
 __all__ = ("MAX_DEPTH", "check_json_value", "deep_merge", "json_path", "merge_patch", "normalise_numbers")
@@ -38,14 +39,6 @@ def json_path(parts: tuple[str | int, ...]) -> str:
         steps = [*steps[:6], "…", *steps[-3:]]
     return "$" + "".join(steps)
 
-
-def _bad_text(text: str) -> int | None:
-    """The position of the first lone surrogate (not UTF-8 encodable), or ``None``."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return e.start
-    return None
 
 
 def check_json_value(value: Any, *, what: str = "merge input", max_depth: int = MAX_DEPTH) -> None:
@@ -85,12 +78,12 @@ def _is_plain(value: Any, max_depth: int) -> bool:
 
 
 def _plain_key(key: object) -> bool:
-    return type(key) is str and (key.isascii() or _bad_text(key) is None)
+    return type(key) is str and (key.isascii() or invalid_utf8_at(key) is None)
 
 
 def _plain_scalar(item: Any, kind: type) -> bool:
     if kind is str:
-        return item.isascii() or _bad_text(item) is None
+        return item.isascii() or invalid_utf8_at(item) is None
     if kind is float:
         return math.isfinite(item)
     return kind is int or kind is bool or item is None
@@ -119,7 +112,7 @@ def _check_key(key: object, path: tuple[str | int, ...], what: str) -> None:
     if not isinstance(key, str):
         raise InvalidInputError(f"{what}: key {key!r} in the object at {json_path(path)} is a "
                                 f"{type(key).__name__}: JSON object keys are strings")
-    position = _bad_text(key)
+    position = invalid_utf8_at(key)
     if position is not None:
         raise InvalidInputError(f"{what}: a key in the object at {json_path(path)} is not valid UTF-8 text "
                                 f"(a lone surrogate at position {position})")
@@ -127,7 +120,7 @@ def _check_key(key: object, path: tuple[str | int, ...], what: str) -> None:
 
 def _check_scalar(item: object, path: tuple[str | int, ...], what: str) -> None:
     if isinstance(item, str):
-        position = _bad_text(item)
+        position = invalid_utf8_at(item)
         if position is not None:
             raise InvalidInputError(f"{what}: the string at {json_path(path)} is not valid UTF-8 text "
                                     f"(a lone surrogate at position {position})")

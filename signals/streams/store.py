@@ -29,7 +29,7 @@ import anyio
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
-from signals.core.codec import encode_json
+from signals.core.codec import encode_json, invalid_utf8_at
 from signals.core.lane import parse_version
 from signals.core.lru import LRU
 from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace, check_size, template_text
@@ -118,6 +118,7 @@ class WorkingMemoryStore:
         self.max_attempts = max_attempts
         self._write = redis.register_script(lua("write"))
         self._known: LRU[str, Document] = LRU(cache_size)  # this client's own reads and writes
+        self._owners: LRU[str, str] = LRU(cache_size)  # threads whose owner check passed, and the owner
         self._thread = redis.register_script(lua("thread"))
         self._namespace = NamespaceCheck(redis, self.keys)
         self.durability = durability
@@ -156,9 +157,21 @@ class WorkingMemoryStore:
     async def get(
         self, resource_id: str | None, thread_id: str | None = None, scope: Scope | None = None
     ) -> Document | None:
-        """The stored document, or ``None`` when the lane has none."""
+        """The stored document, or ``None`` when the lane has none.
+
+        A thread-scope read that names its resource is refused when the thread belongs to
+        another resource (:class:`ThreadOwnerError`), as a write would be: one user's thread
+        memory never reaches another user's model through a shared or guessed thread id.
+
+        Raises:
+            ThreadOwnerError: the thread belongs to another resource.
+            CorruptDataError: the document (or the thread's owner record) is not what the
+                write script stores, invalid UTF-8 included.
+        """
         ref = self.ref(resource_id, thread_id, scope)
         await self._check_namespace(record=False)
+        if ref.scope == "thread" and ref.resource_id is not None and ref.thread_id is not None:
+            await self.check_owner(ref.thread_id, ref.resource_id)
         return await self._read(ref.lane)
 
     async def _read(self, lane: str) -> Document | None:
@@ -175,14 +188,49 @@ class WorkingMemoryStore:
         number = parse_version(version, f"{where} field version")
         if fmt not in (None, "markdown", "json"):
             raise CorruptDataError(f"{where} field format is {fmt[:40]!r}, not markdown or json")
+        if data is not None and (at := invalid_utf8_at(data)) is not None:
+            raise CorruptDataError(f"{where} field data is not valid UTF-8 (an invalid byte at character {at})")
         doc = Document(lane, data or "", number, cast(Format, fmt or "markdown"))
         self._known.put(lane, doc)
         return doc
 
     async def thread_owner(self, thread_id: str) -> str | None:
-        """The resource that owns a thread, or ``None`` when the thread does not exist."""
-        owner = await self.redis.hget(self.keys.thread(validate_id(thread_id, "thread id")), "resource")
-        return cast(str | None, owner)
+        """The resource that owns a thread, or ``None`` when the thread does not exist.
+
+        Raises:
+            CorruptDataError: the owner record holds something that is not a resource id.
+        """
+        key = self.keys.thread(validate_id(thread_id, "thread id"))
+        owner = cast(str | None, await self.redis.hget(key, "resource"))
+        if owner is not None:
+            try:
+                validate_id(owner, "resource id")
+            except InvalidInputError as e:
+                raise CorruptDataError(f"{key} field resource is not a resource id: {e}") from e
+        return owner
+
+    async def check_owner(self, thread_id: str, resource_id: str) -> None:
+        """Refuse ``resource_id`` on a thread another resource owns (a thread with no owner
+        yet passes: its first write claims it). A match is remembered: an owner never changes.
+
+        Raises:
+            ThreadOwnerError: the thread belongs to another resource.
+            CorruptDataError: its owner record is not a resource id.
+            RedisUnavailableError: Redis could not be reached.
+        """
+        if self._owners.get(thread_id) == resource_id:
+            return
+        try:
+            owner = await self.thread_owner(thread_id)
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"reading the owner of thread {thread_id!r}: {e}") from e
+        except redis_exc.ResponseError as e:  # WRONGTYPE: the key is not a thread record
+            raise CorruptDataError(f"{self.keys.thread(thread_id)}: {e}") from e
+        if owner is None:
+            return
+        if owner != resource_id:
+            raise ThreadOwnerError(f"thread {thread_id!r} belongs to resource {owner!r}, not {resource_id!r}")
+        self._owners.put(thread_id, owner)
 
     async def create_thread(
         self,

@@ -9,7 +9,9 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from signals.errors import RedisBusyError
+from signals.agent import AgentWorkingMemory
+from signals.core.memory import WorkingMemoryConfig
+from signals.errors import CorruptDataError, RedisBusyError, ThreadOwnerError
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.attacks.support import worker_in_process
@@ -71,3 +73,75 @@ async def test_a_write_to_a_stream_out_of_ids_is_refused_for_now_naming_the_stre
         await store.replace("bob", "# Bob")
     assert stream in str(caught.value)
     assert await redis.hget(keys.doc("r:bob"), "data") is None  # nothing half-written
+
+
+async def test_an_agent_loop_on_another_resources_thread_sees_nothing_of_it(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """Bob owns thread shared-1. A write naming alice was refused, but the read path did
+    not look at the owner: alice's agent loop on that thread id (a guessed or leaked id)
+    put Bob's thread memory in front of her model, by state signals and by system message,
+    and appended her deliveries to Bob's thread's delivery log. Now the loop refuses the
+    thread before it reads or logs anything, in either scope, and so does store.get."""
+    config = WorkingMemoryConfig(scope="thread")
+    store = WorkingMemoryStore(redis, keys=keys, config=config)
+    await store.create_thread("shared-1", "bob")
+    await store.replace("bob", "# Bob's trip\n- passport X1234567", thread_id="shared-1")
+    async with worker_in_process(redis_server.url, keys):
+        await wait_caught_up(redis, keys)
+    for delivery in ("state-signals", "system-message"):
+        alice = AgentWorkingMemory(redis, keys, resource_id="alice", thread_id="shared-1", config=config,
+                                   delivery=delivery)  # type: ignore[arg-type]
+        with pytest.raises(ThreadOwnerError, match="belongs to resource 'bob'"):
+            await alice.start()
+        with pytest.raises(ThreadOwnerError):
+            await alice.before_model_call([])
+    in_resource_scope = AgentWorkingMemory(redis, keys, resource_id="alice", thread_id="shared-1")
+    with pytest.raises(ThreadOwnerError):
+        await in_resource_scope.before_model_call([])
+    with pytest.raises(ThreadOwnerError):
+        await store.get("alice", "shared-1")
+    assert await redis.xlen(keys.deliveries("shared-1")) == 0
+    bob = AgentWorkingMemory(redis, keys, resource_id="bob", thread_id="shared-1", config=config)
+    await bob.start()
+    result = await bob.before_model_call([])
+    assert "X1234567" in result.add[0].message["content"]
+    assert (await store.get("bob", "shared-1")).data.endswith("X1234567")  # type: ignore[union-attr]
+
+
+async def test_a_document_that_is_not_utf8_is_refused_by_get(redis_server: RedisServer, keys: Keys) -> None:
+    """The worker refused such a document, but store.get returned it (invalid bytes as lone
+    surrogates): the system-message delivery built a message no API can encode."""
+    raw = Redis.from_url(redis_server.url)
+    try:
+        await raw.hset(keys.doc("r:carol"), mapping={"data": b"# Carol \xff\xfe", "version": 1, "format": "markdown"})
+    finally:
+        await raw.aclose()
+    store = WorkingMemoryStore(Redis.from_url(redis_server.url, decode_responses=True,
+                                              encoding_errors="surrogateescape"), keys=keys)
+    with pytest.raises(CorruptDataError, match=r"field data is not valid UTF-8"):
+        await store.get("carol")
+    await store.redis.aclose()
+
+
+@pytest.mark.parametrize("owner", ["", "x{p1}", "a\nb"])
+async def test_an_owner_record_that_is_not_a_resource_id_is_refused(
+    redis_server: RedisServer, redis: Redis, keys: Keys, owner: str
+) -> None:
+    """A thread record whose owner is '' (or holds braces, or a newline) was used as it
+    was: a write naming only the thread went through as resource '', and the worker
+    emitted signals with that resourceId. Now it is corrupt data, naming the key."""
+    config = WorkingMemoryConfig(scope="thread")
+    store = WorkingMemoryStore(redis, keys=keys, config=config)
+    await store.create_thread("t-odd", "dave")
+    await store.replace("dave", "# Dave", thread_id="t-odd")
+    await redis.hset(keys.thread("t-odd"), "resource", owner)
+    with pytest.raises(CorruptDataError, match="field resource is not a resource id"):
+        await store.replace(None, "# Someone", thread_id="t-odd")
+    async with worker_in_process(redis_server.url, keys):
+        with anyio.fail_after(20):
+            while not await redis.xlen(keys.dead_letters(keys.partition("t:t-odd"))):
+                await anyio.sleep(0.05)
+    letters = await redis.xrange(keys.dead_letters(keys.partition("t:t-odd")))
+    assert any("field resource is not a resource id" in str(fields) for _, fields in letters)
+    assert not await redis.exists(keys.signals("t:t-odd"))
