@@ -13,11 +13,14 @@ from __future__ import annotations
 from signals.core.codec import FIELD, decode_write
 from signals.core.lane import MAX_VERSION, is_stream_id
 from signals.core.models import WriteEvent
+from signals.streams.deadletters import KEPT_CHARS
 from signals.streams.keys import Keys, validate_id
 
 __all__ = ("MAX_EVENT_CHARS", "PREV_FIELD", "REQUEUED_FIELD", "EventDecoder", "printable", "text")
 
-#: The largest write event decoded (an honest one holds one document, 64 KiB by default).
+#: The largest write event decoded (an honest one holds one document, 64 KiB by default),
+#: and the largest document a worker reads to catch a lane up (a writer's own max_bytes
+#: setting is not a limit on what another writer stores).
 MAX_EVENT_CHARS = 4 * 1024 * 1024
 #: The write-event field naming the lane's previous event (set by the write script).
 PREV_FIELD = "p"
@@ -67,7 +70,7 @@ class EventDecoder:
 def printable(fields: dict[str, str]) -> dict[str, str]:
     """An entry's fields as they can be stored in a dead letter: valid text (bytes that
     were not UTF-8 shown as ``\\xNN``), bounded."""
-    return {text(k)[:200]: text(v)[:70_000] for k, v in list(fields.items())[:20]}
+    return {text(k)[:200]: text(v)[:KEPT_CHARS] for k, v in list(fields.items())[:20]}
 
 
 def text(value: object) -> str:

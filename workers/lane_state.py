@@ -30,6 +30,7 @@ from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
 from workers.cache import TrackingCache
+from workers.events import MAX_EVENT_CHARS
 from workers.faults import raise_whole_server
 
 __all__ = ("LaneState", "Pending", "load_documents", "read_lanes")
@@ -185,6 +186,10 @@ def _parse_document(keys: Keys, lane: str, reply: object, owner: object) -> tupl
         return None, f"corrupt document: {where}: {reply}"
     if isinstance(owner, Exception):
         return None, f"corrupt thread record: {keys.thread(lane[2:])}: {owner}"
+    data = reply[0] if isinstance(reply, list) and reply else None
+    if isinstance(data, str) and len(data) > MAX_EVENT_CHARS:  # bounded work, and no model takes it
+        return None, (f"oversized document: {where} holds {len(data):,} characters, over the worker's limit of "
+                      f"{MAX_EVENT_CHARS:,} (that of a write event)")
     if owner is not None and not _is_resource_id(owner):  # '' or 'x{p1}' would be its signals' resourceId
         return None, f"corrupt thread record: {keys.thread(lane[2:])} field resource is not a resource id"
     try:

@@ -9,14 +9,17 @@ from typing import cast
 import msgspec
 from redis import exceptions as redis_exc
 
-from signals.core.codec import FIELD, decode_dead_letter
+from signals.core.codec import FIELD, decode_dead_letter, decode_write
 from signals.core.lane import is_stream_id
 from signals.core.models import DeadLetter
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client, Entry, lua, xrange
 from signals.streams.keys import Keys
 
-__all__ = ("DeadLetterEntry", "DeadLetters")
+__all__ = ("KEPT_CHARS", "DeadLetterEntry", "DeadLetters")
+
+#: A dead letter keeps at most this many characters of each field of its entry.
+KEPT_CHARS = 70_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,13 @@ class DeadLetters:
         pairs = [x for kv in letter.fields.items() for x in kv]
         if not pairs:
             raise InvalidInputError(f"dead letter {dead_letter_id!r} holds no event fields to requeue")
+        try:
+            decode_write(letter.fields.get(FIELD, ""))
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:  # it would only come back as a dead letter
+            raise InvalidInputError(
+                f"dead letter {dead_letter_id!r} cannot be requeued: its event does not decode ({e}); a dead "
+                f"letter keeps at most {KEPT_CHARS:,} characters of a field, so an oversized event never does. "
+                "Drop it; writing the lane again brings its signals up to date") from e
         new_id = await self._requeue(keys=[self.keys.dead_letters(entry.partition),
                                            self.keys.writes(entry.partition)],
                                      args=[entry.id, *pairs])

@@ -10,8 +10,11 @@ import pytest
 from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
+from signals.core.codec import FIELD, decode_dead_letter, encode_json
 from signals.core.memory import WorkingMemoryConfig
-from signals.errors import CorruptDataError, RedisBusyError, ThreadOwnerError
+from signals.core.models import DeadLetter, WriteEvent
+from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError, ThreadOwnerError
+from signals.streams.deadletters import DeadLetters
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.attacks.support import worker_in_process
@@ -145,3 +148,48 @@ async def test_an_owner_record_that_is_not_a_resource_id_is_refused(
     letters = await redis.xrange(keys.dead_letters(keys.partition("t:t-odd")))
     assert any("field resource is not a resource id" in str(fields) for _, fields in letters)
     assert not await redis.exists(keys.signals("t:t-odd"))
+
+
+async def test_an_oversized_document_is_not_read_into_a_signal(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """max_bytes is the writing client's own setting: a writer configured with a large one
+    stored a 4.5 M-character document (its event, over the worker's limit, was dead-lettered).
+    A hand-made requeued event (field r) then made the worker catch the lane up to that
+    document: it read it whole and emitted a signal of its full text. Now the worker refuses
+    a document over its limit as it refuses an event, naming it; other lanes go on."""
+    big = WorkingMemoryStore(redis, keys=keys, config=WorkingMemoryConfig(max_bytes=10_000_000))
+    version = await big.replace("erin", "- a line the agent remembers\n" * 160_000)
+    store = WorkingMemoryStore(redis, keys=keys)
+    lane = "r:erin"
+    letters = keys.dead_letters(keys.partition(lane))
+    async with worker_in_process(redis_server.url, keys):
+        with anyio.fail_after(20):
+            while not await redis.xlen(letters):
+                await anyio.sleep(0.05)
+        event = WriteEvent(lane=lane, scope="resource", format="markdown", version=version, data="x",
+                           op="replace", resource_id="erin")
+        await redis.xadd(keys.writes(keys.partition(lane)), {FIELD: encode_json(event), "r": "1-1"})
+        await store.replace("frank", "# Frank")
+        with anyio.fail_after(20):
+            while await redis.xlen(letters) < 2 or not await redis.exists(keys.signals("r:frank")):
+                await anyio.sleep(0.05)  # erin's lane stays behind its document: no wait_caught_up
+    reasons = [decode_dead_letter(fields[FIELD]).error for _, fields in await redis.xrange(letters)]
+    assert any("oversized document" in r and keys.doc(lane) in r for r in reasons), reasons
+    assert not await redis.exists(keys.signals(lane))
+    assert (await check_lane(redis, keys, "r:frank"))[-1].value == "# Frank"
+
+
+async def test_a_dead_letter_whose_event_does_not_decode_is_not_requeued(redis: Redis, keys: Keys) -> None:
+    """A dead letter keeps at most 70,000 characters of a field: requeuing the dead letter
+    of an oversized event put back a cut one, dead-lettered again as 'Input data was
+    truncated'. Now requeue refuses, saying why, and the dead letter stays."""
+    dead = DeadLetters(redis, keys)
+    letter = DeadLetter(stream=keys.writes(0), entry_id="1-1", error="poison: the event is too big", attempts=1,
+                        fields={FIELD: '{"lane":"r:x","data":"' + "y" * 100})
+    await redis.xadd(keys.dead_letters(0), {FIELD: encode_json(letter)})
+    [entry] = await dead.list()
+    with pytest.raises(InvalidInputError, match="cannot be requeued: its event does not decode"):
+        await dead.requeue(entry.id)
+    assert await redis.xlen(keys.dead_letters(0)) == 1
+    assert not await redis.exists(keys.writes(0))
