@@ -1,0 +1,49 @@
+"""One client shared by many concurrent calls (an agent server's store): the connection
+pool waits for a free connection instead of failing on a healthy Redis."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from redis import exceptions as redis_exc
+
+from signals.streams.client import connect
+from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
+from workers.embedded import RedisServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+
+async def test_more_concurrent_writes_than_connections_all_succeed(redis_server: RedisServer, keys: Keys) -> None:
+    """redis-py's own pool refused the 101st concurrent command ("Too many connections"):
+    200 concurrent writes on one store failed by the dozen as RedisUnavailableError."""
+    client = connect(redis_server.url)
+    store = WorkingMemoryStore(client, keys=keys)
+    versions: list[int] = []
+
+    async def write(n: int) -> None:
+        versions.append(await store.replace(f"user{n}", f"# User {n}\n- fact {n}"))
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for n in range(300):
+                tg.start_soon(write, n)
+        assert versions == [1] * 300
+        assert await client.scard(keys.lanes(keys.partition("r:user0"))) > 0
+    finally:
+        await client.aclose()
+
+
+async def test_a_command_waits_for_a_connection_then_says_why_it_gave_up(redis_server: RedisServer) -> None:
+    client = connect(redis_server.url, max_connections=2, pool_wait_s=0.3)
+    try:
+        async with anyio.create_task_group() as tg:  # two blocking commands hold both connections for 1 s
+            tg.start_soon(client.blpop, "wm-test-nothing-1", 1)
+            tg.start_soon(client.blpop, "wm-test-nothing-2", 1)
+            await anyio.sleep(0.05)
+            with pytest.raises(redis_exc.ConnectionError, match="all 2 connections of this client stayed in use"):
+                await client.ping()
+        assert await client.ping()  # released: the next command gets one at once
+    finally:
+        await client.aclose()
