@@ -86,19 +86,19 @@ def run_worker_command(settings: Settings) -> int:
 async def serve_one(settings: Settings, *, name: str, board: Board, slot: int, shard: tuple[int, int],
                     parent: int | None = None) -> int:
     """One worker process: the worker and its monitor task; returns 0 after a graceful stop."""
-    from workers.supervisor import run_worker  # noqa: PLC0415 - keeps CLI start-up light
+    from workers.supervisor import run_worker, stop_on_signals  # noqa: PLC0415 - keeps CLI start-up light
 
     tune_gc()
-    async with open_client(settings, check=False) as redis:
+    stop = anyio.Event()
+    async with stop_on_signals(stop), open_client(settings, check=False) as redis:  # caught until the end
         monitor = Monitor(redis, settings.keys(), board=board, slot=slot, interval_s=settings.health_interval_s,
                           heartbeat_ttl_s=settings.heartbeat_ttl_s,
                           bound_s=liveness_bound(settings.liveness_s, settings.block_ms),
                           instance=heartbeat_instance(settings.consumer_name), parent=parent)
-        stop = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(monitor.run, stop)
             try:
-                await run_worker(redis, settings, name=name, stop=stop, shard=shard)
+                await run_worker(redis, settings, name=name, stop=stop, shard=shard, handle_signals=False)
             finally:
                 tg.cancel_scope.cancel()
         await monitor.clear()

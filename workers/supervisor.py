@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 import signal
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import structlog
@@ -45,7 +47,7 @@ from workers.maintenance import trim_write_streams
 from workers.reader import RawEntry
 from workers.settings import Settings
 
-__all__ = ("run_worker",)
+__all__ = ("run_worker", "stop_on_signals")
 
 #: How long a stopping worker spends removing itself from the consumer groups.
 _LEAVE_S = 2.0
@@ -86,11 +88,16 @@ async def run_worker(
     shard: tuple[int, int] = (0, 1),
     task_status: TaskStatus[Consumer] = anyio.TASK_STATUS_IGNORED,
 ) -> Consumer:
-    """Run a worker until ``stop`` is set (or SIGTERM/SIGINT); returns its consumer.
+    """Run a worker until ``stop`` is set (or, with ``handle_signals``, SIGTERM/SIGINT: see
+    :func:`stop_on_signals`); returns its consumer.
 
     ``shard`` is ``(index, count)`` of ``worker --processes`` (see ``ConsumerOptions.shard``).
     """
     stop = stop or anyio.Event()
+    if handle_signals:
+        async with stop_on_signals(stop):
+            return await run_worker(redis, settings, name=name, stop=stop, handle_signals=False, shard=shard,
+                                    task_status=task_status)
     key = settings.signing_key_bytes()
     options = dataclasses.replace(settings.consumer_options(), shard=shard)
     consumer = Consumer(redis, settings.keys(), options, name, signer=Signer(key) if key else None)
@@ -100,8 +107,6 @@ async def run_worker(
     log.info("worker.started", consumer=name, partitions=settings.partitions, policy=settings.policy)
     cut = anyio.Event()  # set when the hard deadline cut the stop short
     async with anyio.create_task_group() as tg:
-        if handle_signals:
-            await tg.start(_watch_signals, stop)
         tg.start_soon(_deadline, stop, tg.cancel_scope, settings.grace_s, cut)
         tg.start_soon(_maintenance, consumer, stop, settings.maintenance_interval_s)
         task_status.started(consumer)
@@ -197,13 +202,34 @@ async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -
             log.warning("worker.maintenance_skipped", error=repr(e))
 
 
-async def _watch_signals(stop: anyio.Event, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+@asynccontextmanager
+async def stop_on_signals(stop: anyio.Event) -> AsyncIterator[None]:
+    """Set ``stop`` at the first SIGTERM/SIGINT within the block; log and ignore the ones after.
+
+    A stop signal often comes twice: Ctrl-C sends SIGINT to the whole process group and
+    the ``--processes`` supervisor then sends each child SIGTERM; ``timeout`` and some
+    platforms signal the group as well. The watcher used to return after the first, which
+    gave the second the default action: the process died mid-stop (consumer group not
+    left, heartbeat left to expire). The signals stay caught until the block ends, its
+    clean-up included; the stop is bounded anyway (``grace_s``), and SIGKILL ends it at once.
+    """
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        task_status.started()
-        async for signum in signals:
-            log.info("worker.stopping", signal=signal.Signals(signum).name)
-            stop.set()
-            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_signals, signals, stop)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()  # signals from here to the block's end are caught, unread
+
+
+async def _watch_signals(signals: AsyncIterator[int], stop: anyio.Event) -> None:
+    async for signum in signals:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.info("worker.stop_signal_ignored", signal=name, note="already stopping (within grace_s)")
+            continue
+        log.info("worker.stopping", signal=name)
+        stop.set()
 
 
 async def _deadline(stop: anyio.Event, scope: anyio.CancelScope, grace_s: float, cut: anyio.Event) -> None:

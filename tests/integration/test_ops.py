@@ -26,6 +26,7 @@ from signals.streams.keys import GROUP, Keys
 from signals.streams.progress import wait_caught_up
 from signals.streams.replay import read_signals
 from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import spawn_worker, wait_ready
 from workers.embedded import RedisServer, free_port
 from workers.health import Board, Monitor, check_heartbeat
 from workers.metrics import Layout, WorkerMetrics
@@ -352,3 +353,39 @@ async def test_processes_without_a_url_share_one_embedded_server(tmp_path: Path)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+async def test_a_second_stop_signal_does_not_cut_the_graceful_stop(redis_server: RedisServer, keys: Keys,
+                                                                   processes: int) -> None:
+    """Ctrl-C signals the whole process group and the supervisor then sends each child
+    SIGTERM: the watcher returned after the first signal, so the second killed the process
+    mid-stop (exit 143 or 130, the consumer group not left, the heartbeat left to expire:
+    ``worker --check`` kept saying healthy). Now the later signals are logged and ignored."""
+    redis = connect(redis_server.url)
+    name = "sig-" + uuid.uuid4().hex[:6]
+    proc = spawn_worker(redis_server.url, keys, name, processes=processes)
+    try:
+        await wait_ready(proc)
+        await WorkingMemoryStore(redis, keys=keys).replace("sig", "# Sig")
+        await wait_caught_up(redis, keys)
+        with anyio.fail_after(10):  # the monitor's first heartbeat
+            while await check_heartbeat(redis, keys, name) is not None:
+                await anyio.sleep(0.05)
+        pids = [proc.pid, *_children(proc.pid)]  # signalled as Ctrl-C signals a process group
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            for pid in pids:
+                os.kill(pid, sig)
+            await anyio.sleep(0.05)
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(30)) == 0
+        log_text = await anyio.Path(proc.log_path).read_text()  # type: ignore[attr-defined]
+        assert "worker.stop_signal_ignored" in log_text
+        assert "worker.stopped" in log_text
+        assert await check_heartbeat(redis, keys, name) is not None  # deleted at the stop: "no heartbeat"
+        for stream in keys.all_writes():
+            assert not await redis.xinfo_consumers(stream, GROUP)  # every consumer left its group
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await redis.aclose()
