@@ -6,6 +6,11 @@ document on every call and, because the system message changes whenever memory c
 it breaks provider prompt caches; the state-signal path exists to avoid both. It stays
 available per configuration (``delivery="system-message"``) and is the token benchmark's
 baseline. A read-only agent gets the data with no update instructions. Pure: no I/O.
+
+The data is escaped (``&``, ``<``, ``>``) as in a state signal's markup: it is written by a
+model from what users said, and unescaped, a ``</working_memory_data>`` in it would end
+the data block and put the rest in front of the model as system instructions. The
+guidelines, the template and the schema are the deployment's own and go as they are.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Callable
 
 from signals.core.codec import encode_json
 from signals.core.memory import WorkingMemoryConfig, json_schema_of
+from signals.core.render import escape_text
 
 __all__ = ("TemplateProvider", "working_memory_system_message")
 
@@ -55,7 +61,7 @@ def working_memory_system_message(
     tool_name: str = "setWorkingMemory",
 ) -> dict[str, str]:
     """The ``system`` chat message holding the working memory (and, unless read-only, how to update it)."""
-    body = data if data and data.strip() else ""
+    body = escape_text(data) if data and data.strip() else ""
     if read_only:
         text = f"{_READ_ONLY}\n<working_memory_data>\n{body}\n</working_memory_data>"
         return {"role": "system", "content": text}
