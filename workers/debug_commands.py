@@ -37,6 +37,9 @@ __all__ = ("register",)
 
 _console = OutputConsole(highlight=False, soft_wrap=True)
 
+#: Why a lane read from Redis may hold no signal: ``replay`` and ``export`` say the same.
+_NO_SIGNALS_HINT = "no worker has processed its writes yet, or check --namespace, --scope and the ids"
+
 
 def _bound(value: str | None) -> tuple[str, int | datetime] | None:
     """``--from``/``--to``: a version number or an ISO-8601 time."""
@@ -122,6 +125,11 @@ def _show_deliveries(deliveries: list[Delivery], *, as_json: bool) -> None:
                        f"{literal(d.cache_key[:19])}… {literal(d.at or '')}", markup=False)
 
 
+def _file_name(path: str) -> str:
+    """``--file`` as a message names it ('-' is standard input)."""
+    return "standard input" if path == "-" else path
+
+
 def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery],
           truth: DocumentState | None = None, retention: Retention | None = None, *, unchecked_macs: bool = False,
           ) -> int:
@@ -133,10 +141,15 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     record carries ``firstRetainedVersion``; ``retention`` is the retention of this
     process's settings (``None`` for an export file)."""
     if args.deliveries:
+        if not deliveries:  # as a lane with no signal: printing nothing reads as an empty log
+            raise InvalidInputError(f"no deliveries in {_file_name(args.file)}" if args.file else
+                                    f"thread {args.thread!r} has no delivery log (no agent loop has recorded a "
+                                    "delivery on it, or check --namespace and the thread id)")
         _show_deliveries(deliveries, as_json=args.json)
         return 0
     if not signals:
-        raise InvalidInputError("no signals retained for that lane (check --namespace, --scope and the ids)")
+        raise InvalidInputError(f"no signals in {_file_name(args.file)}" if args.file else
+                                f"no signals retained for that lane ({_NO_SIGNALS_HINT})")
     low, high = _bound(args.from_), _bound(args.to)
     trimmed = trimmed_before(signals)
     first_retained = signals[0][1].version
@@ -291,9 +304,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     run_async(main)
     signals, deliveries = loaded
     if not signals and not deliveries:  # as replay: no file, not an empty one that looks like an export
-        raise InvalidInputError("nothing to export: no signals retained for that lane and no deliveries (no "
-                                "worker has processed its writes yet, or check --namespace, --scope and the ids); "
-                                "no file was written")
+        raise InvalidInputError("nothing to export: no signals retained for that lane and no deliveries "
+                                f"({_NO_SIGNALS_HINT}); no file was written")
     try:
         if args.output == "-":  # standard output (replay --file - reads standard input)
             sys.stdout.write(encode_export(signals, deliveries))

@@ -8,8 +8,8 @@ reads it back with no Redis and rebuilds or verifies it with
 :func:`signals.streams.replay.materialise`.
 
 This module only writes and reads the format: it does not talk to Redis and checks
-nothing beyond each record's shape, a delivery's window name included (reading a file is
-not verifying it).
+nothing beyond each record's shape, a signal's entry id and a delivery's window name
+included (reading a file is not verifying it).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import NamedTuple
 import msgspec
 
 from signals.core.codec import encode_json
+from signals.core.lane import is_stream_id
 from signals.core.models import Delivery, Signal
 from signals.core.window import WINDOW_ID
 from signals.errors import InvalidInputError
@@ -73,7 +74,11 @@ def decode_export(data: bytes, *, source: str = "export") -> LaneExport:
         except RecursionError as e:
             raise InvalidInputError(f"{source} line {number}: not an export record: JSON nested too deeply") from e
         if record.kind == "signal" and record.signal is not None:
-            out.signals.append((record.entry_id or str(number), record.signal))
+            entry_id = record.entry_id
+            if entry_id is not None and not is_stream_id(entry_id):  # replay names entries by it
+                raise InvalidInputError(f"{source} line {number}: entryId {entry_id[:80]!r} is not a stream id "
+                                        "(<ms>-<seq>, each a 64-bit unsigned integer)")
+            out.signals.append((entry_id or str(number), record.signal))
         elif record.kind == "delivery" and record.delivery is not None:
             window = record.delivery.window
             if window is not None and not WINDOW_ID.fullmatch(window):  # shown as a name by replay

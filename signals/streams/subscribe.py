@@ -116,6 +116,26 @@ class Subscription:
             return "-"
         return text
 
+    async def _chain_start(self) -> str:
+        """Where the current chain begins: the hint's entry when it is a snapshot this
+        subscriber accepts, else ``-`` (the hint led nowhere: read everything).
+
+        The hint's entry is checked here, quietly, so that the stream is read once: reading
+        from the hint and then again from ``-`` when no chain came of it counted and logged
+        each refused entry after the hint twice. The read that follows reports each once.
+        """
+        hint = await self._last_snapshot_id()
+        if hint == "-":
+            return hint
+        try:
+            entries = await xrange_entries(self.redis, self.keys.signals(self.lane), start=hint, end=hint)
+            signal = decode_entry(self.lane, entries[0], signer=self.signer) if entries else None
+        except (CorruptDataError, VerifyError):
+            return "-"
+        if signal is None or signal.mode != "snapshot" or text_problem(signal, signal.contents) is not None:
+            return "-"
+        return hint
+
     async def bootstrap(self, *, from_start: bool = False) -> list[Materialised]:
         """Read the current chain (last snapshot onwards, or ``from_start`` all retained,
         from the oldest retained snapshot) and rebuild it.
@@ -125,13 +145,9 @@ class Subscription:
         """
         await self._namespace(record=False)
         have = self.version
-        starts = ["-"] if from_start else list(dict.fromkeys((await self._last_snapshot_id(), "-")))
-        items: list[Materialised] = []
-        for start in starts:
-            self.version, self.value = 0, None
-            items = await self._read_from(start)
-            if self.value is not None:
-                break  # a chain was found (else the hint led nowhere: read everything)
+        start = "-" if from_start else await self._chain_start()
+        self.version, self.value = 0, None
+        items = await self._read_from(start)
         if self.version < have:
             self.version, self.value = have, None  # nothing newer verified: wait for a snapshot
         return [m for m in items if m.signal.version > have]
