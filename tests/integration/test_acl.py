@@ -25,7 +25,9 @@ from redis import exceptions as redis_exc
 from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
+from signals.core.codec import encode_json
 from signals.core.memory import WorkingMemoryConfig
+from signals.core.models import WriteEvent
 from signals.streams import keys as keys_module
 from signals.streams.acl import KINDS, ROLES, SCRIPTS, acl_file, acl_users, allowed_commands, grants_of
 from signals.streams.client import Client, connect, lua
@@ -396,8 +398,10 @@ async def test_roles_run_the_pipeline(server: RedisServer, admin: Redis, clients
         await store.replace("bob", "# Bob\n- likes coffee", thread_id="t-e2e", idempotency_key="k1")
         thread_store = WorkingMemoryStore(writer, keys=keys, config=WorkingMemoryConfig(scope="thread"))
         await thread_store.replace("bob", "# Thread notes", thread_id="t-e2e")
-        poison_partition = keys.partition("r:bob")
-        await writer.xadd(keys.writes(poison_partition), {"e": "not json"})
+        # poison that decodes (requeue refuses an event that does not): a lane with no document
+        ghost = WriteEvent(lane="r:ghost", scope="resource", format="markdown", version=1, data="# Ghost",
+                           op="replace", resource_id="ghost")
+        await writer.xadd(keys.writes(keys.partition("r:ghost")), {"e": encode_json(ghost)})
         await wait_caught_up(operator, keys)
         assert [s.version for s in await check_lane(operator, keys, "r:bob")] == [1, 2]
         await check_lane(operator, keys, "t:t-e2e")
