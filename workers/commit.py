@@ -238,14 +238,15 @@ def plan_steady(
 def steady_check(keys: Keys, doc: LaneDocument, head: str | None) -> dict[str, Any]:
     """What the commit script verifies of a lane planned against :func:`steady_document`.
 
-    Its document index entry must be of the events' format at or past their version, a
-    thread lane's owner record must name the events' resource, and the chain walked back
-    from the entry's event must reach the batch's newest event, or ``head`` (an id an
-    earlier walk found on the chain, given only when that walk placed the batch's
-    events), within a few steps. Then the batch's events are the lane's genuine writes
-    and the plan is the one the careful path would make.
+    Its document hash (not the partition's index, which writers may set to anything) must
+    be of the events' format at or past their version, a thread lane's owner record must
+    name the events' resource, and the chain walked back from the document's event must
+    reach the batch's newest event, or ``head`` (an id an earlier walk found on the chain,
+    given only when that walk placed the batch's events), within a few steps. Then the
+    batch's events are the lane's genuine writes and the plan is the one the careful path
+    would make.
     """
-    check: dict[str, Any] = {"lane": doc.lane, "version": doc.version, "format": doc.format,
+    check: dict[str, Any] = {"doc": keys.doc(doc.lane), "version": doc.version, "format": doc.format,
                              "stops": [doc.eid, head] if head else [doc.eid]}
     if doc.scope == "thread":
         check["thread"], check["owner"] = keys.thread(doc.lane[2:]), doc.resource_id

@@ -117,7 +117,7 @@ def _commit_call(keys: Keys, group: list[tuple[int, list[LaneCommit]]],
         script_keys.append(keys.writes(partition))
         for c in commits:
             script_keys += keys.worker_keys(c.lane)
-        partitions.append({"docs": keys.documents(partition), "lanes": [c.payload() for c in commits]})
+        partitions.append({"lanes": [c.payload() for c in commits]})
     args: list[str | int | bytes] = [GROUP, retention.signals, _plan_encoder.encode(partitions), retention.age_ms]
     for _, commits in group:
         for c in commits:

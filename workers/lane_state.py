@@ -2,12 +2,14 @@
 
 A write event only says *that* a lane changed. What a model is shown comes from the
 lane's document (text, format, version) and, for a thread lane, its owner record: keys
-only writers can change. Per batch this module reads, in one pipeline, each partition's
-document index (one ``HMGET`` per partition: version, event id and format per lane) and
-the tracking of lanes not in the worker's cache; and a document hash only when its text
-is needed or the index does not list the lane. For documents past the batch, the lanes'
-event chains are then walked back (:func:`workers.chains.walk_chains`) so the batch's
-events can be placed on them (see :func:`workers.commit.event_chain`).
+only writers can change. Per batch this module reads, in one pipeline, each lane's
+document head (``HMGET`` of its hash's version, event id and format, not its text) and
+the tracking of lanes not in the worker's cache; and the whole document hash only when
+its text is needed. (Not the partition's document index: writers may set its entries to
+anything, and an event placed on a chain anchored there was taken for the document's.)
+For documents past the batch, the lanes' event chains are then walked back
+(:func:`workers.chains.walk_chains`) so the batch's events can be placed on them (see
+:func:`workers.commit.event_chain`).
 
 Nothing read is trusted: a corrupt tracking hash (a non-integer, a partial hash, a write
 version beyond the document's, a key of another type) marks the lane for repair, which
@@ -17,14 +19,13 @@ continues after the last version its stream shows; a corrupt document is the lan
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import cast
 
 import msgspec
 import structlog
 
-from signals.core.lane import DOCUMENT_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking
+from signals.core.lane import DOCUMENT_FIELDS, HEAD_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking
 from signals.core.models import WriteEvent
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
@@ -78,19 +79,17 @@ class LaneState:
 async def read_lanes(
     redis: Client, keys: Keys, cache: TrackingCache, lanes: dict[str, int], force: dict[str, str]
 ) -> dict[str, LaneState]:
-    """Each lane's document version, event id and format (one ``HMGET`` of the partition's
-    document index per partition) and tracking (cache, else Redis), in one pipeline.
+    """Each lane's document head (version, event id, format: one ``HMGET`` of its hash) and
+    tracking (cache, else Redis), in one pipeline.
 
     ``lanes`` maps lane -> partition. ``force`` maps a lane to the commit status that
     sent it back (``resnap``, ``type`` or ``reset``): its tracking is read afresh and repaired
     (``unverified``, a steady-state check that failed, keeps the cached tracking). A
-    lane missing from the index, or whose entry does not parse, has its document hash
-    read (:func:`load_documents`); so does any lane :func:`plan_lane` needs the text of.
+    lane without a document, or whose head does not parse, has its whole document hash
+    read (:func:`load_documents`, which decides); so does any lane :func:`plan_lane`
+    needs the text of.
     """
     states = {lane: LaneState() for lane in lanes}
-    by_partition: dict[int, list[str]] = defaultdict(list)
-    for lane, partition in lanes.items():
-        by_partition[partition].append(lane)
     misses: list[str] = []
     for lane in lanes:
         cached = None if force.get(lane, "unverified") != "unverified" else cache.get(lane)
@@ -102,18 +101,18 @@ async def read_lanes(
             states[lane].expected_version = str(cached.version)
     threads = [lane for lane in lanes if lane.startswith("t:")]
     async with redis.pipeline(transaction=False) as pipe:
-        for partition, group in by_partition.items():
-            pipe.hmget(keys.documents(partition), group)
+        for lane in lanes:
+            pipe.hmget(keys.doc(lane), list(HEAD_FIELDS))
         for lane in misses:
             pipe.hmget(keys.track(lane), list(TRACKING_FIELDS))
         for lane in threads:  # the owner is checked against every event of a thread lane
             pipe.hget(keys.thread(lane[2:]), "resource")
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
-    unindexed = _from_index(keys, by_partition, replies, states)
-    tracking_replies = replies[len(by_partition):len(by_partition) + len(misses)]
-    unindexed += _apply_owners(states, threads, replies[len(by_partition) + len(misses):])
-    await load_documents(redis, keys, states, unindexed)
+    unread = _from_heads(keys, list(lanes), replies, states)
+    tracking_replies = replies[len(lanes):len(lanes) + len(misses)]
+    unread += _apply_owners(states, threads, replies[len(lanes) + len(misses):])
+    await load_documents(redis, keys, states, unread)
     for lane, reply in zip(misses, tracking_replies, strict=True):
         _parse_tracking(keys, lane, reply, states[lane])
     _apply_force(states, force)
@@ -134,26 +133,24 @@ def _apply_owners(states: dict[str, LaneState], threads: list[str], owners: list
     return slow
 
 
-def _from_index(
-    keys: Keys, by_partition: dict[int, list[str]], replies: list[object], states: dict[str, LaneState]
-) -> list[str]:
-    """Fill in documents from the index replies; returns the lanes it does not list."""
-    unindexed: list[str] = []
-    for (partition, group), reply in zip(by_partition.items(), replies, strict=False):
-        entries = reply if isinstance(reply, list) else [None] * len(group)
-        for lane, raw in zip(group, entries, strict=True):
-            try:
-                states[lane].doc = LaneDocument.from_index(lane, raw, f"{keys.documents(partition)} field {lane}")
-            except CorruptDataError:
-                states[lane].doc = None  # the document hash itself decides
-            if states[lane].doc is None:
-                unindexed.append(lane)
-    return unindexed
+def _from_heads(keys: Keys, lanes: list[str], replies: list[object], states: dict[str, LaneState]) -> list[str]:
+    """Fill in documents from their heads; returns the lanes whose head says nothing (no
+    document, or a head that does not parse: the whole hash is read, and decides)."""
+    unread: list[str] = []
+    for lane, reply in zip(lanes, replies, strict=False):
+        try:
+            states[lane].doc = None if isinstance(reply, Exception) else LaneDocument.from_head(
+                lane, cast(list[str | None], reply), keys.doc(lane))
+        except CorruptDataError:
+            states[lane].doc = None
+        if states[lane].doc is None:
+            unread.append(lane)
+    return unread
 
 
 async def load_documents(redis: Client, keys: Keys, states: dict[str, LaneState], lanes: list[str]) -> None:
     """Read the document hashes (text included) and thread owners of ``lanes``: the
-    slow path, for lanes whose text a signal needs or that the index does not list."""
+    slow path, for lanes whose text a signal needs or whose head says nothing."""
     if not lanes:
         return
     async with redis.pipeline(transaction=False) as pipe:

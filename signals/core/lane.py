@@ -38,6 +38,8 @@ MAX_VERSION = 2**53
 TRACKING_FIELDS = ("v", "ck", "mode", "wv", "n", "tail", "we")
 #: The document hash fields a worker reads (the write script stores them).
 DOCUMENT_FIELDS = ("data", "version", "format", "scope", "eid")
+#: What the worker reads of a document to place a batch on its chain (no text).
+HEAD_FIELDS = ("version", "eid", "format")
 _CACHE_KEY = re.compile(r"sha256:[0-9a-f]{64}")
 _U64_DIGITS = 20  # 2**64 - 1 has 20 digits
 _LANE_SCOPE = {"r:": "resource", "t:": "thread"}
@@ -189,23 +191,22 @@ class LaneDocument(msgspec.Struct, frozen=True, gc=False):
         return cls(lane, data, number, doc_format, "thread", owner, lane[2:], eid or "")
 
     @classmethod
-    def from_index(cls, lane: str, raw: str | None, where: str) -> LaneDocument | None:
-        """From a partition's document index entry ``<version> <event id> <format>`` (no
-        text, no thread owner); ``None`` when the lane has no entry.
+    def from_head(cls, lane: str, fields: list[str | None], where: str) -> LaneDocument | None:
+        """From a document hash's :data:`HEAD_FIELDS` (version, event id, format: no text,
+        no thread owner); ``None`` when the lane has no document.
 
         Raises:
-            CorruptDataError: the entry is not in that shape.
+            CorruptDataError: a field is not what the write script stores.
         """
-        if raw is None:
+        version, eid, fmt = fields
+        if version is None:
             return None
-        parts = raw.split(" ")
-        if len(parts) != 3 or not is_stream_id(parts[1]) or parts[2] not in ("markdown", "json"):
-            raise CorruptDataError(f"{where} is {raw[:80]!r}, not '<version> <event id> <format>'")
-        version = parse_version(parts[0], where)
-        scope = _LANE_SCOPE.get(lane[:2])
-        if scope == "resource":
-            return cls(lane, None, version, cast(Format, parts[2]), "resource", lane[2:], None, parts[1])
-        return cls(lane, None, version, cast(Format, parts[2]), "thread", None, lane[2:], parts[1])
+        if eid is None or not is_stream_id(eid) or fmt not in ("markdown", "json"):
+            raise CorruptDataError(f"{where} fields eid and format are {str(eid)[:40]!r} and {str(fmt)[:40]!r}")
+        number = parse_version(version, f"{where} field version")
+        if _LANE_SCOPE.get(lane[:2]) == "resource":
+            return cls(lane, None, number, cast(Format, fmt), "resource", lane[2:], None, eid)
+        return cls(lane, None, number, cast(Format, fmt), "thread", None, lane[2:], eid)
 
     def event(self) -> WriteEvent:
         """The document as a write event (what :func:`advance` consumes); needs its text."""

@@ -97,12 +97,12 @@ SCRIPTS: Mapping[str, Script] = {
     "thread": Script(("thread",), {"thread": ("hget", "hset")}),
     # KEYS: writes, then per lane: trk, sig, snaps (type-checked; mistyped ones deleted;
     # retention reads a listed snapshot's entry to learn its version); steady-state checks
-    # read the document index and thread owners, and walk the chain
+    # read the document hash and thread owner, and walk the chain
     "commit": Script(("writes", "trk", "sig", "snaps"), {
         "writes": ("xack", "xrange"), "trk": ("type", "del", "hmget", "hset"),
         "sig": ("type", "del", "xrevrange", "xadd", "xtrim", "xrange"),
         "snaps": ("type", "del", "rpush", "lrange", "ltrim")},
-        reads={"docs": ("hmget",), "thread": ("hget",)}),
+        reads={"doc": ("hmget",), "thread": ("hget",)}),
     # KEYS: writes (read-only walk of a lane's event chain; a backlog's stretch read in chunks first)
     "chain": Script(("writes",), {"writes": ("xrange", "xrevrange")}),
     # KEYS: writes, dlq, fails

@@ -13,7 +13,7 @@
 -- KEYS: per partition, in order: its writes stream, then per lane: trk, sig, snaps
 -- ARGV: 1 group, 2 signals to retain per lane, 3 a MessagePack array (fields by name, as
 --   JSON would carry them; cmsgpack decodes it faster than cjson), one map per partition:
---   {docs = the partition's document index key (below), lanes = one object per lane (below)},
+--   {lanes = one object per lane (below)},
 --   4 age to retain in ms (0: none; see the retention section):
 --   expected   the tracking's wv exactly as the worker read it ('' when absent, '!type' when
 --              the tracking key had another type, '!junk' when it was not text: replaced)
@@ -36,12 +36,12 @@
 --              per signal (absent: none is a snapshot), the write entry ids to acknowledge
 --   check      absent, or (a lane planned without reading its document: the steady state)
 --              what the plan assumed, verified here before anything of the lane is written:
---              lane, version (the batch's highest of the lane), format, stops (ids known to
---              be on the lane's chain: the batch's newest event of the lane, and the newest
---              id an earlier walk found), thread and owner (thread lanes: the owner record's
---              key and the resource the events name; absent otherwise)
--- docs: the partition's document index (lane -> '<version> <event id> <format>'): read
---   only, so it is not declared (EVAL would need write access to it); it shares the slot.
+--              doc (the lane's document hash key), version (the batch's highest of the
+--              lane), format, stops (ids known to be on the lane's chain: the batch's newest
+--              event of the lane, and the newest id an earlier walk found), thread and owner
+--              (thread lanes: the owner record's key and the resource the events name;
+--              absent otherwise). The document and the owner record are read only, so they
+--              are not declared (EVAL would need write access to them); they share the slot.
 -- Returns one array per partition, of one item per lane: {'ok', tail id, ids a check walked...}, {'conflict'},
 -- {'resnap'}, {'type', keys}, {'reset', key} (the signal stream takes no new entry: the
 -- lane needs a new one) or {'unverified'} (the check failed: the lane is planned again
@@ -194,30 +194,21 @@ local function retain(sig, snaps, newest, newest_v, last_v)
   redis.call('XTRIM', sig, 'MINID', keep_id)
 end
 -- ===== end of retention ==================================================================
--- The document index entries of the lanes with a check, by lane (one HMGET per 1,000).
-local function index_entries(lanes, docs)
-  local names, entries = {}, {}
-  for _, lane in ipairs(lanes) do
-    if lane.check then names[#names + 1] = lane.check.lane end
-  end
-  for a = 1, #names, 1000 do
-    local reply = redis.pcall('HMGET', docs, unpack(names, a, math.min(a + 999, #names)))
-    if reply.err then return {} end -- not a hash: every check fails, the careful path reports it
-    for j = 1, #reply do entries[names[a + j - 1]] = reply[j] end
-  end
-  return entries
-end
-
--- Whether the lane's document is still what its plan assumed: its index entry is well
--- formed, of the events' format, at or past their versions, its thread owned by the
--- events' resource, and its event chain leads back to the batch's newest event (or to an
--- id already known to be on the chain) within walk_limit steps. A genuine event names the
--- one before it (field p, see write.lua), so each id the walk passes is genuine. Returns
--- the ids walked (nil: the check failed).
-local function verified(writes, check, entry)
-  if type(entry) ~= 'string' then return nil end
-  local version, eid, format = string.match(entry, '^(%d+) (%d+%-%d+) (%l+)$')
-  if version == nil or #version > 16 or format ~= check.format or tonumber(version) < check.version then
+-- Whether the lane's document is still what its plan assumed: its version, event id and
+-- format, read from the document hash itself (the partition's document index is the
+-- worker's map for placing events, but writers may set its entries to anything: a walk
+-- anchored there took a hand-made event for the document's), are well formed, of the
+-- events' format, at or past their versions, its thread owned by the events' resource,
+-- and its event chain leads back to the batch's newest event (or to an id already known
+-- to be on the chain) within walk_limit steps. A genuine event names the one before it
+-- (field p, see write.lua), so each id the walk passes is genuine. Returns the ids walked
+-- (nil: the check failed).
+local function verified(writes, check)
+  local doc = redis.pcall('HMGET', check.doc, 'version', 'eid', 'format')
+  if doc.err then return nil end -- not a hash: the careful path reports it
+  local version, eid, format = doc[1], doc[2], doc[3]
+  if type(version) ~= 'string' or not string.match(version, '^%d+$') or #version > 16 or not is_id(eid)
+      or format ~= check.format or tonumber(version) < check.version then
     return nil
   end
   if check.thread and redis.pcall('HGET', check.thread, 'resource') ~= check.owner then return nil end
@@ -248,9 +239,8 @@ local function has_snapshot(flags)
 end
 
 -- One partition's lanes, their keys from KEYS[base] on (its writes stream, then 3 per lane).
-local function commit_partition(base, docs, lanes)
+local function commit_partition(base, lanes)
   local writes = KEYS[base]
-  local index = index_entries(lanes, docs)
   local out, acks = {}, {} -- the write entries of the lanes committed: acknowledged together
   local function acknowledge()
     for a = 1, #acks, 1000 do -- unpack takes a few thousand values at most
@@ -261,7 +251,7 @@ local function commit_partition(base, docs, lanes)
     local k = base + 1 + (i - 1) * 3
     local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
     local status = nil
-    local walked = lane.check and verified(writes, lane.check, index[lane.check.lane])
+    local walked = lane.check and verified(writes, lane.check)
     if lane.repair == 1 then
       -- a lane under repair: keys of another type go (the worker saw one, or the tracking is junk)
       local bad = {}
@@ -346,7 +336,7 @@ end
 
 local results, base = {}, 1
 for p, partition in ipairs(partitions) do
-  local out, err = commit_partition(base, partition.docs, partition.lanes)
+  local out, err = commit_partition(base, partition.lanes)
   if err then return redis.error_reply(err) end -- the server's condition (OOM above all), as it is
   results[p] = out
   base = base + 1 + 3 * #partition.lanes
