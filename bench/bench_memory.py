@@ -215,8 +215,7 @@ async def _measure(url: str, keys: Keys, users: int, sample: int, seed: int) -> 
         snapshots[scope] = sum(counts[1::3]) / len(lanes)
         text[scope] = sum(counts[2::3]) / len(lanes)
     lanes_total = 2 * users
-    shared = {"writes": keys.all_writes(), "docs": [keys.documents(p) for p in range(keys.partitions)],
-              "lanes": [keys.lanes(p) for p in range(keys.partitions)]}
+    shared = {"writes": keys.all_writes(), "lanes": [keys.lanes(p) for p in range(keys.partitions)]}
     partition = {kind: sum(await _usage(redis, names)) / lanes_total for kind, names in shared.items()}
     used = await _used_memory(redis)
     await redis.aclose()

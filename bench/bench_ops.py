@@ -73,7 +73,6 @@ async def _load(redis: Client, keys: Keys, writes: int, lanes: int) -> None:
             last[i] = entry_id
             pipe.hset(keys.doc(lane), mapping={"data": text, "version": versions[i], "format": "markdown",
                                                "eid": entry_id})
-            pipe.hset(keys.documents(partition), lane, f"{versions[i]} {entry_id} markdown")
             if n % 2000 == 1999:
                 await pipe.execute()
         await pipe.execute()

@@ -3,8 +3,8 @@ worker from before the trust-boundary validation, measured in the same run.
 
 Workload: N writes on L lanes, ~1 KB Markdown documents, 1-3 changed lines per write,
 20% exact repeats. The write events (chained as the write script chains them, with each
-document and the partition's document index) are pre-loaded (pipelined) into the
-partition streams of a fresh private redis-server for every measurement, then timed:
+document) are pre-loaded (pipelined) into the partition streams of a fresh private
+redis-server for every measurement, then timed:
 
 - this tree's worker (``run_worker``: overlapped commits, maintenance, the worker
   command's collector settings) in a child process, until every event is processed;
@@ -126,7 +126,6 @@ async def _load(url: str, keys: Keys, writes: int, lanes: int) -> None:
             chains[i] = [*chains[i][1 - CHAIN_IDS:], entry_id]  # as many as the script keeps of real ids
             pipe.hset(keys.doc(lane), mapping={"data": text, "version": versions[i], "format": "markdown",
                                                "eid": entry_id, "chain": " ".join(chains[i])})
-            pipe.hset(keys.documents(partition), lane, f"{versions[i]} {entry_id} markdown")
             if n % 2000 == 1999:
                 await pipe.execute()
         await pipe.execute()

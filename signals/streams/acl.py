@@ -43,8 +43,7 @@ __all__ = ("BASE_COMMANDS", "CLUSTER_COMMANDS", "KINDS", "ROLES", "SCRIPTS", "SC
 Access = Literal["R", "RW"]
 
 #: Key kinds in rendering order (the order of :class:`~signals.streams.keys.Keys`).
-KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv", "writes", "dlq", "fails", "lanes", "docs",
-         "config", "hb")
+KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv", "writes", "dlq", "fails", "lanes", "config", "hb")
 
 #: What every user may run: connect (redis-py sends AUTH, or HELLO with RESP3; SETNAME
 #: and SELECT when configured), ping, and read server info. redis-py also sends
@@ -89,10 +88,10 @@ class Script:
 
 #: The scripts, by file name.
 SCRIPTS: Mapping[str, Script] = {
-    # KEYS: doc, writes, idem (or doc), thread (or doc), lanes, docs
-    "write": Script(("doc", "writes", "idem", "thread", "lanes", "docs"), {
+    # KEYS: doc, writes, idem (or doc), thread (or doc), lanes
+    "write": Script(("doc", "writes", "idem", "thread", "lanes"), {
         "doc": ("hmget", "hset", "hdel"), "writes": ("xadd",), "idem": ("get", "set"),
-        "thread": ("hget", "hset"), "lanes": ("type", "sadd"), "docs": ("type", "hset")}),
+        "thread": ("hget", "hset"), "lanes": ("type", "sadd")}),
     # KEYS: thread
     "thread": Script(("thread",), {"thread": ("hget", "hset")}),
     # KEYS: writes, then per lane: trk, sig, snaps (type-checked; mistyped ones deleted;
@@ -153,9 +152,8 @@ _WORKER = Role(("commit", "chain", "dead_letter"), {
     # XSETID and XGROUP SETID: a stream run out of ids (a hand-made largest id) restarts
     "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xgroup|delconsumer", "xpending",
                  "xinfo|groups", "xtrim", "type", "xsetid", "xgroup|setid"),
-    # each batch reads its lanes' document index entries and (cache misses) tracking; a
-    # document and its thread owner only when the text is needed
-    "docs": R("hmget"),
+    # each batch reads its lanes' document heads (version, eid, format) and (cache misses)
+    # tracking; a whole document and its thread owner only when the text is needed
     "doc": R("hmget"),
     "thread": R("hget"),
     "trk": RW("hmget"),
@@ -192,7 +190,6 @@ _OPERATOR = Role(("requeue",), {
     "writes": R("xlen", "xrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream"),
     "dlq": RW("xrange", "xrevrange", "xlen", "xdel"),
     "lanes": R("scard", "sscan", "smembers"),
-    "docs": R("hget", "hmget"),
     "doc": R("hget", "hmget"),
     "trk": R("hget", "hmget"),
     "sig": R("xrange", "xrevrange", "xlen"),

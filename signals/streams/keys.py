@@ -25,7 +25,7 @@ GROUP = "wm-workers"
 _BAD_ID = re.compile("[\x00-\x1f\x7f{}\ud800-\udfff]")
 MAX_ID_LENGTH = 512
 _LANE_KINDS = ("doc", "trk", "sig", "snaps", "idem", "thread", "dlv")
-_PARTITION_KINDS = ("writes", "dlq", "fails", "lanes", "docs")
+_PARTITION_KINDS = ("writes", "dlq", "fails", "lanes")
 
 
 def validate_id(value: object, what: str) -> str:
@@ -126,12 +126,6 @@ class Keys:
     def failures(self, partition: int) -> str:
         """Hash: entry id -> failed attempts, for events still being retried."""
         return f"{self.tag(partition)}:fails"
-
-    def documents(self, partition: int) -> str:
-        """Hash: lane -> ``<version> <event id> <format>`` of its document, kept by the write
-        script beside the document: a worker reads a whole batch's lanes of a partition
-        with one ``HMGET`` (the document hashes themselves only when it needs their text)."""
-        return f"{self.tag(partition)}:docs"
 
     def lanes(self, partition: int) -> str:
         """Set: the lanes of the partition."""

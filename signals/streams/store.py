@@ -362,7 +362,6 @@ class WorkingMemoryStore:
             keys.idempotency(ref.lane, idempotency_key) if idempotency_key else doc_key,
             keys.thread(ref.thread_id) if owner and ref.thread_id else doc_key,
             keys.lanes(partition),
-            keys.documents(partition),
         ]
 
     def _script_args(self, ref: LaneRef, version: int, data: str, *, op: Literal["replace", "merge", "create"],

@@ -217,7 +217,8 @@ async def test_a_forged_document_index_entry_does_not_anchor_the_chain(
     MULTI, passed the steady-state check, which walked the chain from the index entry:
     the worker signalled text the document never held, and took the owner's next genuine
     write (the same version) for one already processed. The check now reads the
-    document hash itself."""
+    document hash itself, and no index is kept any more: the old key is written here as
+    a hostile writer (or a deployment from before) would leave it."""
     store = WorkingMemoryStore(redis, keys=keys)
     lane = "r:gina"
     await store.replace("gina", "# Gina\n- likes tea")
@@ -232,7 +233,7 @@ async def test_a_forged_document_index_entry_does_not_anchor_the_chain(
             pipe.xadd(stream, {FIELD: encode_json(forged), "p": eid})
             [forged_id] = await pipe.execute()
         async with redis.pipeline(transaction=True) as pipe:  # the index points at it before a worker reads it
-            pipe.hset(keys.documents(keys.partition(lane)), lane, f"{version + 1} {forged_id} markdown")
+            pipe.hset(f"{keys.tag(keys.partition(lane))}:docs", lane, f"{version + 1} {forged_id} markdown")
             await pipe.execute()
         with anyio.fail_after(20):
             while not await redis.xlen(keys.dead_letters(keys.partition(lane))):

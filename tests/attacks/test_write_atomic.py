@@ -26,7 +26,6 @@ KEYS_OF: dict[str, Callable[[Keys], str]] = {
     "document": lambda k: k.doc(LANE),
     "write stream": lambda k: k.writes(k.partition(LANE)),
     "lanes set": lambda k: k.lanes(k.partition(LANE)),
-    "document index": lambda k: k.documents(k.partition(LANE)),
     "thread record": lambda k: k.thread("thread-1"),
     "idempotency key": lambda k: k.idempotency(LANE, "once"),
 }

@@ -54,7 +54,7 @@ SAMPLE = {
     "doc": KEYS.doc("r:x"), "trk": KEYS.track("r:x"), "sig": KEYS.signals("r:x"),
     "snaps": KEYS.snapshots("r:x"), "idem": KEYS.idempotency("r:x", "k"), "thread": KEYS.thread("t1"),
     "dlv": KEYS.deliveries("t1"), "writes": KEYS.writes(0), "dlq": KEYS.dead_letters(0),
-    "fails": KEYS.failures(0), "lanes": KEYS.lanes(0), "docs": KEYS.documents(0), "config": KEYS.config(),
+    "fails": KEYS.failures(0), "lanes": KEYS.lanes(0), "config": KEYS.config(),
     "hb": KEYS.heartbeat("host-1"),
 }
 
@@ -233,7 +233,7 @@ async def test_no_command_reaches_a_namespace_this_one_prefixes(admin: Redis, ro
     problems = []
     for other in (Keys("wm:hb", 4), Keys("wm:config", 4)):
         theirs = [other.doc("r:x"), other.signals("r:x"), other.track("r:x"), other.writes(0),
-                  other.documents(0), other.config(), other.heartbeat("host-1")]
+                  other.config(), other.heartbeat("host-1")]
         for cmd in commands:
             for key in theirs:
                 reply = await _dryrun(admin, f"wm-{role}", _args(cmd, table[cmd], key))

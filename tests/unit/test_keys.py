@@ -25,7 +25,7 @@ _ID = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_charact
 def _every_key(keys: Keys, lane: str, instance: str) -> list[str]:
     return [keys.doc(lane), keys.track(lane), keys.signals(lane), keys.snapshots(lane),
             keys.idempotency(lane, instance), keys.thread(instance), keys.deliveries(instance),
-            keys.writes(0), keys.dead_letters(0), keys.failures(0), keys.lanes(0), keys.documents(0),
+            keys.writes(0), keys.dead_letters(0), keys.failures(0), keys.lanes(0),
             keys.config(), keys.heartbeat(instance)]
 
 

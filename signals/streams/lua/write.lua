@@ -15,7 +15,7 @@
 -- into 'chain0' happens once a block. A chain that does not end at eid is started again
 -- from eid ('chain0' goes).
 -- KEYS: 1 doc, 2 writes stream, 3 idempotency key (or doc when none), 4 thread key
---       (or doc when no owner check here), 5 lanes set, 6 the partition's document index
+--       (or doc when no owner check here), 5 lanes set
 -- ARGV: 1 expected version, 2 new version, 3 data, 4 format, 5 event json,
 --       6 owner resource ('' = no check), 7 idempotency ttl s, 8 lane, 9 now iso, 10 scope,
 --       11 the request's fingerprint (hex; '' = none): stored with the idempotency key's
@@ -23,8 +23,7 @@
 -- Nothing is written until every check has passed, and no command that writes can fail
 -- then: Redis does not roll a script back, so a key of another type (a WRONGTYPE error half
 -- way) would leave the write half done. The keys read first are read with pcall (their
--- error is the check); the lanes set and the document index are only written, so their
--- types are checked. A key of another type is refused as {'type', key}, naming it.
+-- error is the check); the lanes set is only written, so its type is checked. A key of another type is refused as {'type', key}, naming it.
 local function failed(reply)
   return type(reply) == 'table' and reply.err ~= nil
 end
@@ -57,7 +56,6 @@ if version == nil then return {'corrupt', cur[1]} end
 if version ~= tonumber(ARGV[1]) then return {'conflict', tostring(version)} end
 if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
 if mistyped(KEYS[5], 'set') then return {'type', KEYS[5]} end
-if mistyped(KEYS[6], 'hash') then return {'type', KEYS[6]} end
 local id = redis.pcall('XADD', KEYS[2], '*', 'e', ARGV[5], 'p', cur[3] or '')
 if failed(id) then
   if string.find(id.err, 'WRONGTYPE', 1, true) then return {'type', KEYS[2]} end
@@ -83,7 +81,6 @@ if older then
   fields[#fields + 1] = older
 end
 redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('HSET', KEYS[6], ARGV[8], ARGV[2] .. ' ' .. id .. ' ' .. ARGV[4])
 redis.call('SADD', KEYS[5], ARGV[8])
 if KEYS[3] ~= KEYS[1] then
   redis.call('SET', KEYS[3], ARGV[11] ~= '' and ARGV[2] .. ' ' .. ARGV[11] or ARGV[2], 'EX', tonumber(ARGV[7]))
