@@ -256,8 +256,24 @@ class WorkingMemoryStore:
         return await self.replace(resource_id, initial, thread_id=thread_id, op="create")
 
     async def _ensure_owner(self, thread_id: str, resource_id: str) -> None:
-        status, owner = await self._thread(keys=[self.keys.thread(thread_id)], args=[resource_id, now_iso()])
+        """Record ``resource_id`` as the thread's owner, or refuse another resource.
+
+        Raises:
+            ThreadOwnerError: another resource owns the thread.
+            CorruptDataError: the thread record is not a hash, or its owner not a resource id.
+        """
+        key = self.keys.thread(thread_id)
+        try:
+            status, owner = await self._thread(keys=[key], args=[resource_id, now_iso()])
+        except redis_exc.ResponseError as e:
+            if "WRONGTYPE" not in str(e):
+                raise
+            raise CorruptDataError(f"{key} is not a thread record (a hash): the owner cannot be read") from e
         if status == "owner":
+            try:
+                validate_id(owner, "resource id")
+            except InvalidInputError as e:
+                raise CorruptDataError(f"{key} field resource is not a resource id: {e}") from e
             raise ThreadOwnerError(
                 f"thread {thread_id!r} belongs to resource {owner!r}, not {resource_id!r}"
             )

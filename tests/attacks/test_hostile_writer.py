@@ -243,3 +243,21 @@ async def test_a_forged_document_index_entry_does_not_anchor_the_chain(
     signals = await check_lane(redis, keys, lane)
     assert not any(MARK in (s.value or s.contents) for s in signals)
     assert signals[-1].value == "# Gina\n- likes coffee now"
+
+
+@pytest.mark.parametrize("corrupt", ["wrong type", "bad owner"])
+async def test_a_corrupt_thread_record_is_named_when_a_thread_is_claimed(redis: Redis, keys: Keys,
+                                                                         corrupt: str) -> None:
+    """Claiming a thread (create_thread, or a resource-scope write naming it) over a record
+    of another type answered Redis's WRONGTYPE with the script's sha in it, and over an
+    owner of '' said the thread 'belongs to resource '''. Both name the key now."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    key = keys.thread("t-bad")
+    if corrupt == "wrong type":
+        await redis.set(key, "junk")
+    else:
+        await redis.hset(key, "resource", "")
+    with pytest.raises(CorruptDataError, match=key.replace("{", r"\{").replace("}", r"\}")):
+        await store.create_thread("t-bad", "hank")
+    with pytest.raises(CorruptDataError):
+        await store.replace("hank", "# Hank", thread_id="t-bad")
