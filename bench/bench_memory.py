@@ -3,7 +3,7 @@
 Workload: U users, each with two lanes: a resource-scope Markdown profile (10-40 lines,
 starting at 10-25 and growing, shrinking and changing a line or two per write) and a
 thread-scope JSON plan (goal, status, 3-8 steps, notes; partial merges), each written
-20-30 times through the write script (CAS, event chain, document index: the store's own
+20-30 times through the write script (CAS, event chain: the store's own
 script, keys and arguments, pipelined, texts from the store's replace and merge functions)
 while a ``wm-signals worker`` process with default settings (compact policy,
 ``snapshot_every`` 20, ``retain_signals`` 30, deltas carrying their ``value``) signals
@@ -293,7 +293,7 @@ def report(r: dict[str, Any]) -> list[str]:
             f"{r['steady_per_user'] * 1e6 / 2**30:.1f} GiB per 1M users.",
             "", f"{r['users']:,} users ({r['lanes']:,} lanes), {r['writes']:,} writes in {r['write_s']:.0f} s through "
             f"the write script and one worker; MEMORY USAGE (SAMPLES 0) over every key of {r['sampled_users']:,} "
-            "users' lanes; partition keys: write streams (trimmed), document index, lane registry."]
+            "users' lanes; partition keys: write streams (trimmed), lane registry."]
     return out
 
 

@@ -13,8 +13,8 @@ Configurations alternate within each round and the median of the rounds is repor
 so a busy moment of the host hits all of them alike.
 
 Workload: ~1 KB Markdown documents on L lanes, 1-3 changed lines per write, 20% exact
-repeats, 16 partitions; the loader keeps the write script's invariants (document,
-document index, each event naming the lane's previous one).
+repeats, 16 partitions; the loader keeps the write script's invariants (document, each
+event naming the lane's previous one).
 """
 
 from __future__ import annotations
