@@ -225,13 +225,14 @@ MAX_CONNECTIONS = 100
 POOL_WAIT_S = 20.0
 
 
-class WaitingPool(ConnectionPool):
-    """redis-py's connection pool, except that a command finding all ``max_connections`` in
-    use waits for one to be released (up to ``pool_wait_s``) instead of failing at once with
-    "Too many connections": what the 101st concurrent call of a busy agent server met, on a
-    healthy Redis. While a connection is free the pool's own path runs, and nothing more is
-    paid (redis-py's ``BlockingConnectionPool`` takes a lock and a timer on every command:
-    ~20 us more per command, measured).
+class WaitsForConnections(ConnectionPool):
+    """A redis-py connection pool (put this class first among the bases), except that a
+    command finding all ``max_connections`` in use waits for one to be released (up to
+    ``pool_wait_s``) instead of failing at once with "Too many connections": what the 101st
+    concurrent call of a busy agent server met, on a healthy Redis. While a connection is
+    free the pool's own path runs, and nothing more is paid (redis-py's
+    ``BlockingConnectionPool`` takes a lock and a timer on every command: ~20 us more per
+    command, measured).
     """
 
     def __init__(self, *args: Any, pool_wait_s: float = POOL_WAIT_S, **kwargs: Any) -> None:
@@ -259,6 +260,10 @@ class WaitingPool(ConnectionPool):
     async def release(self, connection: AbstractConnection) -> None:
         await super().release(connection)
         self._released.set()
+
+
+class WaitingPool(WaitsForConnections):
+    """The pool of :func:`connect`'s single-server clients (see :class:`WaitsForConnections`)."""
 
 
 #: The reply options of every client of this package (see :func:`connect`). surrogateescape:

@@ -44,7 +44,7 @@ from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnec
 from redis.backoff import NoBackoff
 
 from signals.errors import InvalidInputError
-from signals.streams.client import RESP_OPTIONS, TLSOptions, wrap_connection_class
+from signals.streams.client import MAX_CONNECTIONS, RESP_OPTIONS, TLSOptions, WaitsForConnections, wrap_connection_class
 
 __all__ = ("SENTINEL_SOCKET_TIMEOUT_S", "SentinelClient", "connect_sentinel", "parse_sentinels")
 
@@ -144,6 +144,10 @@ def parse_sentinels(sentinels: str | Sequence[tuple[str, int]]) -> list[tuple[st
     return out
 
 
+class _WaitingSentinelPool(WaitsForConnections, SentinelConnectionPool):
+    """The master's pool: a full pool waits for a connection, as :func:`connect`'s does."""
+
+
 def connect_sentinel(
     sentinels: str | Sequence[tuple[str, int]],
     master: str,
@@ -202,8 +206,10 @@ def connect_sentinel(
     }
     node_options: dict[str, Any] = {**RESP_OPTIONS, **tls_options, "username": username, "password": password,
                                     "db": db, **kwargs}
+    node_options.setdefault("max_connections", MAX_CONNECTIONS)
     manager = _Sentinel(addresses, sentinel_kwargs=sentinel_options)
-    client = cast(SentinelClient, manager.master_for(master, redis_class=SentinelClient, **node_options))
+    client = cast(SentinelClient, manager.master_for(master, redis_class=SentinelClient,
+                                                     connection_pool_class=_WaitingSentinelPool, **node_options))
     pool = client.connection_pool
     pool.connection_class = wrap_connection_class(pool)
     return client

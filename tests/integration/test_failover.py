@@ -231,6 +231,17 @@ async def test_concurrent_discoveries_keep_every_sentinel(sentinels: LocalSentin
         await client.aclose()
 
 
+async def test_a_sentinel_client_serves_more_concurrent_calls_than_connections(sentinels: LocalSentinels) -> None:
+    """As connect()'s clients (tests/integration/test_connections.py): the master's pool
+    waits for a free connection; redis-py's refused the call past max_connections."""
+    client = connect_sentinel(sentinels.addresses, MASTER_NAME, max_connections=4)
+    try:
+        replies = await asyncio.gather(*(client.blpop(f"wm-test-nothing-{i}", 0.2) for i in range(12)))
+        assert replies == [None] * 12
+    finally:
+        await client.aclose()
+
+
 @pytest.fixture
 def ha_cluster() -> Iterator[LocalCluster]:
     with LocalCluster(replicate=(KILLED,), node_timeout_ms=1000) as cluster:
