@@ -414,15 +414,8 @@ class WorkingMemoryStore:
         except (redis_exc.ReadOnlyError, redis_exc.ClusterDownError, redis_exc.TryAgainError) as e:
             # a failover under way: a demoted master, a cluster failing a node over
             raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
-        except redis_exc.ResponseError as e:  # WRONGTYPE and the like: a key of the lane is not ours
-            if str(e).startswith(("NOREPLICAS", "MASTERDOWN")):  # min-replicas-to-write, a replica cut off
-                raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
-            if "exhausted the last possible ID" in str(e):  # see workers.maintenance: restarted by a worker
-                raise RedisBusyError(
-                    f"writing {ref.lane}: the write stream {script_keys[1]} has run out of stream ids (an entry "
-                    "with the largest id was added by hand); a running worker restarts it within its maintenance "
-                    "interval: retry then") from e
-            raise CorruptDataError(f"writing {ref.lane}: {e}") from e
+        except redis_exc.ResponseError as e:
+            raise _refused_write(ref.lane, script_keys[1], e) from e
         return str(status), str(detail), acked
 
     async def _check_replicated(self, ref: LaneRef, version: int, acked: object,
@@ -583,3 +576,23 @@ class WorkingMemoryStore:
                 await anyio.sleep(full_jitter(attempt, first_s=0.001, cap_s=0.05))
             current = await self._read(ref.lane)
         raise WmSignalsError(f"{ref.lane}: gave up after {self.max_attempts} conflicting writes")
+
+
+#: How Redis words a script's command that the caller's ACL refuses (a plain error reply
+#: from inside a script, not NOPERM).
+_ACL_REFUSALS = ("NOPERM", "can't run this command", "can't access at least one of the keys", "No permissions")
+
+
+def _refused_write(lane: str, writes: str, e: redis_exc.ResponseError) -> Exception:
+    """This library's error for a write script call Redis answered with ``e``."""
+    text = str(e)
+    if isinstance(e, redis_exc.NoPermissionError) or any(words in text for words in _ACL_REFUSALS):
+        # the deployment's ACL, not the lane's data: as any other command's NOPERM (exit 1)
+        return redis_exc.NoPermissionError(f"writing {lane}: the Redis user may not: {text}")
+    if text.startswith(("NOREPLICAS", "MASTERDOWN")):  # min-replicas-to-write, a replica cut off
+        return RedisBusyError(f"writing {lane}: Redis refused the write for now: {e}")
+    if "exhausted the last possible ID" in text:  # see workers.maintenance: restarted by a worker
+        return RedisBusyError(
+            f"writing {lane}: the write stream {writes} has run out of stream ids (an entry with the largest id "
+            "was added by hand); a running worker restarts it within its maintenance interval: retry then")
+    return CorruptDataError(f"writing {lane}: {e}")  # WRONGTYPE and the like: a key of the lane is not ours

@@ -3,9 +3,12 @@ pool waits for a free connection instead of failing on a healthy Redis."""
 
 from __future__ import annotations
 
+import uuid
+
 import anyio
 import pytest
 from redis import exceptions as redis_exc
+from redis.asyncio import Redis
 
 from signals.streams.client import connect
 from signals.streams.keys import Keys
@@ -47,3 +50,22 @@ async def test_a_command_waits_for_a_connection_then_says_why_it_gave_up(redis_s
         assert await client.ping()  # released: the next command gets one at once
     finally:
         await client.aclose()
+
+
+async def test_a_write_refused_by_the_acl_is_a_permission_error_not_corrupt_data(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """The write script's NOPERM became CorruptDataError ("writing r:x: NOPERM ..."), exit
+    2 as bad input, while every other command's NOPERM is redis-py's NoPermissionError
+    (exit 1, "other errors"): the deployment's ACL is not the lane's data."""
+    user = "wm-test-noxadd-" + uuid.uuid4().hex[:6]
+    await redis.acl_setuser(user, enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-xadd"])
+    host, port = redis_server.url.removeprefix("redis://").split("/")[0].split(":")
+    client = connect(f"redis://{user}:pw@{host}:{port}/0")
+    try:
+        with pytest.raises(redis_exc.NoPermissionError):
+            await WorkingMemoryStore(client, keys=keys).replace("ivan", "# Ivan")
+    finally:
+        await client.aclose()
+        await redis.acl_deluser(user)
+    assert await redis.hget(keys.doc("r:ivan"), "data") is None
