@@ -18,8 +18,9 @@ a worker stuck longer than that (a hung connection, a wedged event loop: then th
 monitor stops writing its slot too) is dead.
 
 Readiness (``/readyz``): the last check of every process, at most
-``3 x health_interval_s + 5 s`` old (:func:`ready_max_age`), found Redis answering, the consumer group on every
-partition's write stream and the worker's Lua scripts in the script cache (a check
+``3 x health_interval_s + 5 s`` old (:func:`ready_max_age`), found Redis answering as a
+master (a read-only replica answers the checks' reads, but refuses every commit), the
+consumer group on every partition's write stream and the worker's Lua scripts in the script cache (a check
 that finds them missing, after a Redis restart or ``SCRIPT FLUSH``, loads them).
 
 Heartbeat (``worker --check``): the monitor sets ``<namespace>:{hb}:<instance>``
@@ -49,6 +50,7 @@ import anyio
 import msgspec
 import structlog
 from redis import exceptions as redis_exc
+from redis.asyncio.cluster import RedisCluster
 
 from signals.core.codec import encode_json
 from signals.streams.client import Client, lua, now_iso
@@ -243,20 +245,8 @@ class Monitor:
 
     async def _check(self) -> int:
         """One readiness check (a code of :data:`READY_TEXT`); refreshes the Redis-read gauges."""
-        keys = self.keys
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for stream in keys.all_writes():
-                    pipe.xinfo_groups(stream)
-                for p in range(keys.partitions):
-                    pipe.xlen(keys.dead_letters(p))
-                replies = await pipe.execute(raise_on_error=False)
-            code = self._gauges(replies)
-            if code:
-                return code
-            if not all(await self.redis.script_exists(*self._shas)):
-                for text in self._scripts.values():
-                    await self.redis.script_load(text)
+            return await self._probe()
         except redis_exc.RedisError as e:
             if isinstance(e, (redis_exc.ConnectionError, redis_exc.TimeoutError)):
                 return 2
@@ -264,6 +254,26 @@ class Monitor:
                 return 3
             log.warning("worker.readiness_check_failed", error=repr(e))
             return 6
+
+    async def _probe(self) -> int:
+        keys = self.keys
+        single = not isinstance(self.redis, RedisCluster)  # a cluster client talks to primaries
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in keys.all_writes():
+                pipe.xinfo_groups(stream)
+            for p in range(keys.partitions):
+                pipe.xlen(keys.dead_letters(p))
+            if single:
+                pipe.info("replication")
+            replies = await pipe.execute(raise_on_error=False)
+        code = self._gauges(replies[:2 * keys.partitions])
+        if code:
+            return code
+        if single and _is_replica(replies[-1]):
+            return 3  # every commit would be refused (READONLY), though the reads above pass there
+        if not all(await self.redis.script_exists(*self._shas)):
+            for text in self._scripts.values():
+                await self.redis.script_load(text)
         return 0
 
     def _gauges(self, replies: list[Any]) -> int:
@@ -288,6 +298,11 @@ class Monitor:
         m.dead_letter_length = float(sum(r for r in replies[n:] if isinstance(r, int)))
         m.gauges_at = time.monotonic()
         return code
+
+
+def _is_replica(info: object) -> bool:
+    """Whether an ``INFO replication`` reply is a replica's (which refuses the worker's writes)."""
+    return isinstance(info, dict) and info.get("role") in ("slave", "replica")
 
 
 def _group(reply: object) -> dict[str, Any] | None:

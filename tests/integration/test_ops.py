@@ -389,3 +389,30 @@ async def test_a_second_stop_signal_does_not_cut_the_graceful_stop(redis_server:
             proc.kill()
             proc.wait()
         await redis.aclose()
+
+
+async def test_readiness_fails_on_a_read_only_replica() -> None:
+    """Every readiness check is a read, and a replica answers reads: /readyz said "ok"
+    while the worker, pointed at a replica (a demoted master, a wrong URL), retried its
+    refused commits (READONLY) forever. A replica is now "Redis refuses work for now"."""
+    keys = Keys("wm" + uuid.uuid4().hex[:6], 4)
+    primary, replica = RedisServer().start(), RedisServer().start()
+    clients = [connect(primary.url), connect(replica.url)]
+    try:
+        for stream in keys.all_writes():
+            await clients[0].xgroup_create(stream, GROUP, id="0", mkstream=True)
+        await clients[1].execute_command("REPLICAOF", "127.0.0.1", primary.port)
+        with anyio.fail_after(20):  # the groups reach the replica with the first sync
+            while (await clients[1].info("replication")).get("master_link_status") != "up" or \
+                    not await clients[1].exists(keys.writes(0)):
+                await anyio.sleep(0.05)
+        monitor = Monitor(clients[1], keys, board=Board(1, Layout(keys.partitions)), slot=0, interval_s=1,
+                          heartbeat_ttl_s=5, bound_s=30, instance="host-r", metrics=WorkerMetrics())
+        assert await monitor._check() == 3
+        await clients[1].execute_command("REPLICAOF", "NO", "ONE")  # promoted: ready again
+        assert await monitor._check() == 0
+    finally:
+        for client in clients:
+            await client.aclose()
+        primary.stop()
+        replica.stop()
