@@ -40,7 +40,6 @@ def json_path(parts: tuple[str | int, ...]) -> str:
     return "$" + "".join(steps)
 
 
-
 def check_json_value(value: Any, *, what: str = "merge input", max_depth: int = MAX_DEPTH) -> None:
     """Refuse anything JSON cannot represent exactly, naming the path of the bad value.
 
@@ -78,12 +77,12 @@ def _is_plain(value: Any, max_depth: int) -> bool:
 
 
 def _plain_key(key: object) -> bool:
-    return type(key) is str and (key.isascii() or invalid_utf8_at(key) is None)
+    return type(key) is str and invalid_utf8_at(key) is None
 
 
 def _plain_scalar(item: Any, kind: type) -> bool:
     if kind is str:
-        return item.isascii() or invalid_utf8_at(item) is None
+        return invalid_utf8_at(item) is None
     if kind is float:
         return math.isfinite(item)
     return kind is int or kind is bool or item is None

@@ -188,7 +188,7 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, *
     ``READONLY``) raises an error that is both redis-py's class (``OutOfMemoryError``,
     ``BusyLoadingError``, ``ReadOnlyError``) and :class:`~signals.errors.RedisBusyError`.
     On one server the client opens up to ``max_connections`` (100) connections, and a
-    command finding them all in use waits for one (:class:`WaitingPool`, up to
+    command finding them all in use waits for one (:class:`WaitsForConnections`, up to
     ``pool_wait_s``) rather than failing.
 
     Raises:
@@ -209,7 +209,7 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, *
             options["socket_timeout"] = None
             return RedisCluster.from_url(url, **options)
         options.setdefault("max_connections", MAX_CONNECTIONS)
-        pool = WaitingPool.from_url(url, **options)
+        pool = WaitsForConnections.from_url(url, **options)
     except ValueError as e:
         raise InvalidInputError(f"Redis URL {redact_url(url)!r}: {e}") from e
     pool.connection_class = wrap_connection_class(pool)
@@ -226,7 +226,8 @@ POOL_WAIT_S = 20.0
 
 
 class WaitsForConnections(ConnectionPool):
-    """A redis-py connection pool (put this class first among the bases), except that a
+    """A redis-py connection pool (first among the bases of a subclass of another pool,
+    as for Sentinel), except that a
     command finding all ``max_connections`` in use waits for one to be released (up to
     ``pool_wait_s``) instead of failing at once with "Too many connections": what the 101st
     concurrent call of a busy agent server met, on a healthy Redis. While a connection is
@@ -260,10 +261,6 @@ class WaitsForConnections(ConnectionPool):
     async def release(self, connection: AbstractConnection) -> None:
         await super().release(connection)
         self._released.set()
-
-
-class WaitingPool(WaitsForConnections):
-    """The pool of :func:`connect`'s single-server clients (see :class:`WaitsForConnections`)."""
 
 
 #: The reply options of every client of this package (see :func:`connect`). surrogateescape:

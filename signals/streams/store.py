@@ -202,12 +202,7 @@ class WorkingMemoryStore:
         """
         key = self.keys.thread(validate_id(thread_id, "thread id"))
         owner = cast(str | None, await self.redis.hget(key, "resource"))
-        if owner is not None:
-            try:
-                validate_id(owner, "resource id")
-            except InvalidInputError as e:
-                raise CorruptDataError(f"{key} field resource is not a resource id: {e}") from e
-        return owner
+        return None if owner is None else _owner_record(key, owner)
 
     async def check_owner(self, thread_id: str, resource_id: str) -> None:
         """Refuse ``resource_id`` on a thread another resource owns (a thread with no owner
@@ -270,12 +265,8 @@ class WorkingMemoryStore:
                 raise
             raise CorruptDataError(f"{key} is not a thread record (a hash): the owner cannot be read") from e
         if status == "owner":
-            try:
-                validate_id(owner, "resource id")
-            except InvalidInputError as e:
-                raise CorruptDataError(f"{key} field resource is not a resource id: {e}") from e
             raise ThreadOwnerError(
-                f"thread {thread_id!r} belongs to resource {owner!r}, not {resource_id!r}"
+                f"thread {thread_id!r} belongs to resource {_owner_record(key, owner)!r}, not {resource_id!r}"
             )
 
     async def replace(
@@ -576,6 +567,14 @@ class WorkingMemoryStore:
                 await anyio.sleep(full_jitter(attempt, first_s=0.001, cap_s=0.05))
             current = await self._read(ref.lane)
         raise WmSignalsError(f"{ref.lane}: gave up after {self.max_attempts} conflicting writes")
+
+
+def _owner_record(key: str, owner: str) -> str:
+    """A thread record's owner as read from ``key``, refused unless it is a resource id."""
+    try:
+        return validate_id(owner, "resource id")
+    except InvalidInputError as e:
+        raise CorruptDataError(f"{key} field resource is not a resource id: {e}") from e
 
 
 #: How Redis words a script's command that the caller's ACL refuses (a plain error reply

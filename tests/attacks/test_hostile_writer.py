@@ -235,8 +235,9 @@ async def test_a_forged_document_index_entry_does_not_anchor_the_chain(
         async with redis.pipeline(transaction=True) as pipe:  # the index points at it before a worker reads it
             pipe.hset(f"{keys.tag(keys.partition(lane))}:docs", lane, f"{version + 1} {forged_id} markdown")
             await pipe.execute()
-        with anyio.fail_after(20):
+        with anyio.fail_after(20):  # the forged event is dead-lettered, or (the defect) signalled
             while not await redis.xlen(keys.dead_letters(keys.partition(lane))):
+                assert MARK not in str(await redis.xrange(keys.signals(lane))), "the forged text was signalled"
                 await anyio.sleep(0.05)
         await store.replace("gina", "# Gina\n- likes coffee now")
         await wait_caught_up(redis, keys)

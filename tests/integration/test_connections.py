@@ -44,7 +44,9 @@ async def test_a_command_waits_for_a_connection_then_says_why_it_gave_up(redis_s
         async with anyio.create_task_group() as tg:  # two blocking commands hold both connections for 1 s
             tg.start_soon(client.blpop, "wm-test-nothing-1", 1)
             tg.start_soon(client.blpop, "wm-test-nothing-2", 1)
-            await anyio.sleep(0.05)
+            with anyio.fail_after(5):  # both connections taken (not a timing: waited for)
+                while len(client.connection_pool._in_use_connections) < 2:  # type: ignore[attr-defined]
+                    await anyio.sleep(0.01)
             with pytest.raises(redis_exc.ConnectionError, match="all 2 connections of this client stayed in use"):
                 await client.ping()
         assert await client.ping()  # released: the next command gets one at once

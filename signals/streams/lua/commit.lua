@@ -195,10 +195,9 @@ local function retain(sig, snaps, newest, newest_v, last_v)
 end
 -- ===== end of retention ==================================================================
 -- Whether the lane's document is still what its plan assumed: its version, event id and
--- format, read from the document hash itself (the partition's document index is the
--- worker's map for placing events, but writers may set its entries to anything: a walk
--- anchored there took a hand-made event for the document's), are well formed, of the
--- events' format, at or past their versions, its thread owned by the events' resource,
+-- format, read from the document hash itself (never from a key a writer can set on the
+-- side: a walk anchored there took a hand-made event for the document's), are well
+-- formed, of the events' format, at or past their versions, its thread owned by the events' resource,
 -- and its event chain leads back to the batch's newest event (or to an id already known
 -- to be on the chain) within walk_limit steps. A genuine event names the one before it
 -- (field p, see write.lua), so each id the walk passes is genuine. Returns the ids walked

@@ -23,7 +23,8 @@
 -- Nothing is written until every check has passed, and no command that writes can fail
 -- then: Redis does not roll a script back, so a key of another type (a WRONGTYPE error half
 -- way) would leave the write half done. The keys read first are read with pcall (their
--- error is the check); the lanes set is only written, so its type is checked. A key of another type is refused as {'type', key}, naming it.
+-- error is the check); the lanes set is only written, so its type is checked. A key of
+-- another type is refused as {'type', key}, naming it.
 local function failed(reply)
   return type(reply) == 'table' and reply.err ~= nil
 end
