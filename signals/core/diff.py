@@ -46,7 +46,11 @@ __all__ = (
 )
 
 _COMMON, _ADDED, _REMOVED = 0, 1, 2
-_HEADER = re.compile(r"@@ -(\d+),(\d+) \+(\d+),(\d+) @@")
+#: A hunk header: ASCII digits only, at most 16 a number (no document has 10**16 lines).
+#: Patches are read from Redis and from files: ``\d`` also took other scripts' digits, and
+#: ``int()`` of a number past 4300 digits raised ValueError, which no reader of a patch
+#: catches (a PatchError was due: the patch does not apply).
+_HEADER = re.compile(r"@@ -([0-9]{1,16}),([0-9]{1,16}) \+([0-9]{1,16}),([0-9]{1,16}) @@")
 _FAR = 1 << 62
 _SHORT_RUN = 8  # the Myers loop follows common runs up to this long itself
 _CHUNK = 16  # then _snake compares this many lines at a time

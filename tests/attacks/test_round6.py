@@ -1,0 +1,80 @@
+"""Round 6 findings: a hostile writer's or agent's data, each a failing test against a real
+redis-server (each failed before its fix)."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+from structlog.testing import capture_logs
+
+from signals.core.cachekey import cache_key
+from signals.core.codec import FIELD, encode_json
+from signals.core.diff import apply_patch
+from signals.core.models import Attributes, Delivery, Signal
+from signals.errors import CorruptDataError, PatchError
+from signals.streams.deliveries import DeliveryLog
+from signals.streams.keys import Keys
+from signals.streams.subscribe import Subscription
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+MARKDOWN = Attributes(format="markdown", scope="resource")
+PATCH = Attributes(format="markdown", scope="resource", patch="unified-diff")
+#: A hunk header whose line number has more digits than Python converts to an int (4300).
+LONG_HEADER = "@@ -" + "1" * 5000 + ",1 +1,1 @@\n-# a\n+# b"
+
+
+def _snapshot(lane: str, version: int, text: str) -> Signal:
+    return Signal(id="working-memory", mode="snapshot", cache_key=cache_key("markdown", text),
+                  tag_name="working-memory", contents=text, value=text, attributes=MARKDOWN, version=version,
+                  lane=lane, resource_id=lane[2:], write_version=version)
+
+
+def _delta(lane: str, version: int, patch: str, text: str) -> Signal:
+    return Signal(id="working-memory", mode="delta", cache_key=cache_key("markdown", text),
+                  tag_name="working-memory", contents=patch, delta=patch, attributes=PATCH, version=version,
+                  lane=lane, resource_id=lane[2:], base_version=version - 1, write_version=version)
+
+
+def test_a_hunk_header_with_a_huge_line_number_is_a_patch_error() -> None:
+    """``int()`` of a hunk header's number past 4300 digits raised ValueError, which no
+    reader of a patch catches (they catch PatchError, an InvalidInputError)."""
+    with pytest.raises(PatchError):
+        apply_patch("# a", LONG_HEADER)
+
+
+async def test_a_forged_delivery_record_with_a_huge_hunk_header_is_corrupt_data(redis: Redis, keys: Keys) -> None:
+    """Any agent user may append to any thread's delivery log. A delta record whose patch
+    header holds a 5000-digit line number made ``read`` and ``view_at`` (so ``replay
+    --deliveries``) raise ValueError ("unexpected error", exit 1) instead of naming the entry
+    as corrupt data."""
+    stream = keys.deliveries("t1")
+    good = Delivery(thread_id="t1", step=1, lane="r:u", version=1, mode="snapshot", reason="bootstrap",
+                    cache_key=cache_key("markdown", "# a"), contents="# a", attributes=MARKDOWN, window="w1")
+    await redis.xadd(stream, {FIELD: encode_json(good)})
+    forged = Delivery(thread_id="t1", step=2, lane="r:u", version=2, mode="delta", reason="new",
+                      cache_key=cache_key("markdown", "# b"), contents=LONG_HEADER, attributes=PATCH, window="w1")
+    entry_id = await redis.xadd(stream, {FIELD: encode_json(forged)})
+    log = DeliveryLog(redis, keys)
+    with pytest.raises(CorruptDataError, match=f"{entry_id}.*does not apply"):
+        await log.read("t1")
+    with pytest.raises(CorruptDataError, match=entry_id):
+        await log.view_at("t1", 2)
+
+
+async def test_a_subscription_refuses_a_delta_with_a_huge_hunk_header_and_goes_on(redis: Redis, keys: Keys) -> None:
+    """A live reader never stops for a bad entry: a delta (appended where the ACL let someone
+    else) whose hunk header holds a 5000-digit number raised ValueError out of ``poll``, so
+    out of every ``before_model_call`` of the lane's agents. Now it is refused like any delta
+    that does not apply, and the next snapshot is delivered."""
+    lane = "r:u"
+    stream = keys.signals(lane)
+    await redis.xadd(stream, {FIELD: encode_json(_snapshot(lane, 1, "# a"))})
+    sub = Subscription(redis, keys, lane)
+    assert [m.value for m in await sub.bootstrap()] == ["# a"]
+    await redis.xadd(stream, {FIELD: encode_json(_delta(lane, 2, LONG_HEADER, "# b"))})
+    with capture_logs() as logs:
+        assert await sub.poll() == []
+    assert [e["event"] for e in logs] == ["subscribe.delta_refused"]
+    await redis.xadd(stream, {FIELD: encode_json(_snapshot(lane, 3, "# c"))})
+    assert [m.value for m in await sub.poll()] == ["# c"]
