@@ -7,13 +7,16 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
+from signals.agent import AgentWorkingMemory
 from signals.core.cachekey import cache_key
 from signals.core.codec import FIELD, encode_json
 from signals.core.diff import apply_patch
+from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Attributes, Delivery, Signal
 from signals.errors import CorruptDataError, PatchError
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -78,3 +81,25 @@ async def test_a_subscription_refuses_a_delta_with_a_huge_hunk_header_and_goes_o
     assert [e["event"] for e in logs] == ["subscribe.delta_refused"]
     await redis.xadd(stream, {FIELD: encode_json(_snapshot(lane, 3, "# c"))})
     assert [m.value for m in await sub.poll()] == ["# c"]
+
+
+@pytest.mark.parametrize("forged", ["0.5", "1e400", "99999999999999999999", "0x1"])
+async def test_a_document_version_that_is_not_an_integer_is_named_by_a_conditional_write(
+    redis: Redis, keys: Keys, forged: str
+) -> None:
+    """A writer may ``HSET`` any document. The write script read the version with Lua's
+    ``tonumber`` (which takes ``0.5``, ``1e400``, ``0x1``) and answered a conflict with
+    ``tostring`` of it (``0.5``, ``inf``, ``1e+20``); a write with ``if_version`` turned that
+    into ``int()``: ValueError, not the library's error (and ``0x1`` passed the compare-and-set
+    as version 1). Now the script refuses a version that is not a decimal integer as every
+    reader does: CorruptDataError naming the field, nothing written; the tool answers the model."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    version = await store.replace("u", "# one")
+    await redis.hset(keys.doc("r:u"), "version", forged)
+    length = await redis.xlen(keys.writes(keys.partition("r:u")))
+    with pytest.raises(CorruptDataError, match=f"{keys.doc('r:u')} field version"):
+        await store.replace("u", "# two", if_version=version)
+    assert await redis.hget(keys.doc("r:u"), "data") == "# one"
+    assert await redis.xlen(keys.writes(keys.partition("r:u"))) == length
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", config=WorkingMemoryConfig())
+    assert (await agent.call_tool({"memory": "# three"}))["success"] is False

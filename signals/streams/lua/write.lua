@@ -52,8 +52,11 @@ local CHAIN_IDS = 128
 local BLOCK_BYTES = CHAIN_IDS / 2 * 16 -- ids of this time's length (13 digits, '-', a short sequence) and a space
 local cur = redis.pcall('HMGET', KEYS[1], 'version', 'format', 'eid', 'chain')
 if failed(cur) then return {'type', KEYS[1]} end
+-- a decimal integer of at most 16 digits, as every reader parses it (tonumber also takes
+-- '0.5', '1e400', '0x1' and ' 1': a conflict then named 'inf' or '1e+20', and '0x1' passed
+-- the compare-and-set as version 1)
+if cur[1] and (#cur[1] > 16 or not string.find(cur[1], '^%d+$')) then return {'corrupt', cur[1]} end
 local version = tonumber(cur[1] or '0')
-if version == nil then return {'corrupt', cur[1]} end
 if version ~= tonumber(ARGV[1]) then return {'conflict', tostring(version)} end
 if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
 if mistyped(KEYS[5], 'set') then return {'type', KEYS[5]} end
