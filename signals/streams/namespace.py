@@ -43,7 +43,7 @@ async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> 
         raise CorruptDataError(f"{key} is not a hash: the namespace's settings cannot be read") from e
     if stored is None:
         return False
-    if not stored.isdigit() or not 1 <= int(stored) <= 4096:
+    if not (stored.isascii() and stored.isdigit()) or not 1 <= int(stored) <= 4096:  # isdigit alone: '²', '٤'
         raise CorruptDataError(f"{key} field partitions is {stored[:40]!r}, not a partition count")
     if int(stored) != keys.partitions:
         raise NamespaceMismatchError(

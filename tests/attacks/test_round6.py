@@ -16,6 +16,7 @@ from signals.core.models import Attributes, Delivery, Signal
 from signals.errors import CorruptDataError, PatchError
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
+from signals.streams.namespace import check_namespace
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 
@@ -103,3 +104,14 @@ async def test_a_document_version_that_is_not_an_integer_is_named_by_a_condition
     assert await redis.xlen(keys.writes(keys.partition("r:u"))) == length
     agent = AgentWorkingMemory(redis, keys, resource_id="u", config=WorkingMemoryConfig())
     assert (await agent.call_tool({"memory": "# three"}))["success"] is False
+
+
+@pytest.mark.parametrize("stored", ["²", "٤"])
+async def test_a_partition_count_in_other_digits_is_corrupt_data(redis: Redis, keys: Keys, stored: str) -> None:
+    """A writer may ``HSETNX`` the namespace's settings before any process has. The check
+    took ``str.isdigit`` for a number: ``'²'`` passed it and ``int()`` raised ValueError in
+    every writer, worker and agent of the namespace; ``'٤'`` (Arabic-Indic four) was taken
+    for 4. Now anything but ASCII digits is CorruptDataError naming the key."""
+    await redis.hset(keys.config(), "partitions", stored)
+    with pytest.raises(CorruptDataError, match=f"{keys.config()} field partitions"):
+        await check_namespace(redis, keys)
