@@ -44,6 +44,7 @@ from signals.errors import (
 __all__ = (
     "DEFAULT_MAX_BYTES",
     "DEFAULT_TEMPLATE",
+    "MAX_DOCUMENT_CHARS",
     "Schema",
     "WorkingMemoryConfig",
     "apply_merge",
@@ -67,6 +68,10 @@ DEFAULT_TEMPLATE = """
 - **Projects**: 
 """
 DEFAULT_MAX_BYTES = 64 * 1024
+#: The largest document any reader takes, in characters: a writer's ``max_bytes`` is its
+#: own client's setting, so what is stored may be larger. Workers refuse (dead-letter) a
+#: document or write event over it; the system-message delivery refuses to read one.
+MAX_DOCUMENT_CHARS = 4 * 1024 * 1024
 
 Schema = type[pydantic.BaseModel] | dict[str, Any]
 

@@ -32,7 +32,14 @@ from signals._log import get_logger
 from signals.core.codec import encode_json, invalid_utf8_at
 from signals.core.lane import parse_version
 from signals.core.lru import LRU
-from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace, check_size, template_text
+from signals.core.memory import (
+    MAX_DOCUMENT_CHARS,
+    WorkingMemoryConfig,
+    apply_merge,
+    apply_replace,
+    check_size,
+    template_text,
+)
 from signals.core.models import Format, Scope, WriteEvent
 from signals.errors import (
     ConflictError,
@@ -163,16 +170,24 @@ class WorkingMemoryStore:
         another resource (:class:`ThreadOwnerError`), as a write would be: one user's thread
         memory never reaches another user's model through a shared or guessed thread id.
 
+        A document over :data:`~signals.core.memory.MAX_DOCUMENT_CHARS` (the workers' bound:
+        no signal carries it) is refused too, so that no delivery puts it in front of a
+        model whole; writes still go over it (:meth:`replace` repairs the lane).
+
         Raises:
             ThreadOwnerError: the thread belongs to another resource.
             CorruptDataError: the document (or the thread's owner record) is not what the
-                write script stores, invalid UTF-8 included.
+                write script stores, invalid UTF-8 included, or it is oversized.
         """
         ref = self.ref(resource_id, thread_id, scope)
         await self._check_namespace(record=False)
         if ref.scope == "thread" and ref.resource_id is not None and ref.thread_id is not None:
             await self.check_owner(ref.thread_id, ref.resource_id)
-        return await self._read(ref.lane)
+        doc = await self._read(ref.lane)
+        if doc is not None and len(doc.data) > MAX_DOCUMENT_CHARS:
+            raise CorruptDataError(f"{self.keys.doc(ref.lane)} holds {len(doc.data):,} characters, over the "
+                                   f"{MAX_DOCUMENT_CHARS:,} any reader takes (the workers' bound)")
+        return doc
 
     async def _read(self, lane: str) -> Document | None:
         try:

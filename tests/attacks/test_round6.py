@@ -115,3 +115,21 @@ async def test_a_partition_count_in_other_digits_is_corrupt_data(redis: Redis, k
     await redis.hset(keys.config(), "partitions", stored)
     with pytest.raises(CorruptDataError, match=f"{keys.config()} field partitions"):
         await check_namespace(redis, keys)
+
+
+async def test_the_system_message_delivery_never_carries_an_oversized_document(redis: Redis, keys: Keys) -> None:
+    """Sizes are the worker's to bound: a document over its 4 Mi characters never becomes a
+    signal. The system-message delivery reads the document itself, and read it whole: a
+    writer's ``HSET`` of 5 M characters (or a writer whose own max_bytes is that large) went
+    into the system prompt of every model call. Now ``get`` refuses a document over the
+    worker's bound, naming the key (as it refuses one that is not UTF-8); the lane's owner
+    can still write over it."""
+    await redis.hset(keys.doc("r:u"), mapping={"data": "- remember this\n" * 330_000, "version": "1",
+                                                "format": "markdown"})
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", delivery="system-message")
+    with pytest.raises(CorruptDataError, match=f"{keys.doc('r:u')}.*over"):
+        await agent.before_model_call(set())
+    store = WorkingMemoryStore(redis, keys=keys)
+    assert await store.replace("u", "# fresh") == 2
+    result = await agent.before_model_call(set())
+    assert result.system is not None and "# fresh" in result.system["content"]
