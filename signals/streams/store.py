@@ -172,18 +172,22 @@ class WorkingMemoryStore:
 
         A document over :data:`~signals.core.memory.MAX_DOCUMENT_CHARS` (the workers' bound:
         no signal carries it) is refused too, so that no delivery puts it in front of a
-        model whole; writes still go over it (:meth:`replace` repairs the lane).
+        model whole, and so is one at version 0 (no write stores it, and no delivery record
+        may name it); writes still go over either (:meth:`replace` repairs the lane).
 
         Raises:
             ThreadOwnerError: the thread belongs to another resource.
             CorruptDataError: the document (or the thread's owner record) is not what the
-                write script stores, invalid UTF-8 included, or it is oversized.
+                write script stores, invalid UTF-8 or version 0 included, or it is oversized.
         """
         ref = self.ref(resource_id, thread_id, scope)
         await self._check_namespace(record=False)
         if ref.scope == "thread" and ref.resource_id is not None and ref.thread_id is not None:
             await self.check_owner(ref.thread_id, ref.resource_id)
         doc = await self._read(ref.lane)
+        if doc is not None and doc.version == 0:  # a delivery record of it would be refused by the log's readers
+            raise CorruptDataError(f"{self.keys.doc(ref.lane)} field version is 0: no write stores it (the first "
+                                   "is version 1)")
         if doc is not None and len(doc.data) > MAX_DOCUMENT_CHARS:
             raise CorruptDataError(f"{self.keys.doc(ref.lane)} holds {len(doc.data):,} characters, over the "
                                    f"{MAX_DOCUMENT_CHARS:,} any reader takes (the workers' bound)")

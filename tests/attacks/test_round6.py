@@ -133,3 +133,21 @@ async def test_the_system_message_delivery_never_carries_an_oversized_document(r
     assert await store.replace("u", "# fresh") == 2
     result = await agent.before_model_call(set())
     assert result.system is not None and "# fresh" in result.system["content"]
+
+
+async def test_a_document_at_version_0_is_corrupt_and_never_logged(redis: Redis, keys: Keys) -> None:
+    """No write stores version 0 (the first is 1), and a delivery record's version is 1 or
+    more. A writer's ``HSET`` of a document at version 0 was read as a document; the
+    system-message delivery put it in the system prompt and logged it at version 0, a
+    record the log's readers refuse: the agent itself made its thread's log unreadable
+    (``replay --deliveries`` exit 2 for every step). Now ``get`` refuses it, naming the
+    field, and nothing is logged."""
+    await redis.hset(keys.doc("r:u"), mapping={"data": "# planted", "version": "0", "format": "markdown"})
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1", delivery="system-message")
+    with pytest.raises(CorruptDataError, match=f"{keys.doc('r:u')} field version"):
+        await agent.before_model_call(set())
+    assert not await redis.exists(keys.deliveries("t1"))
+    assert await DeliveryLog(redis, keys).read("t1") == []
+    assert await WorkingMemoryStore(redis, keys=keys).replace("u", "# mine") == 1  # the owner writes over it
+    assert (await agent.before_model_call(set())).system is not None
+    assert [d.version for d in await DeliveryLog(redis, keys).read("t1")] == [1]
