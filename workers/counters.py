@@ -87,6 +87,8 @@ class WorkerMetrics:
         self.write_to_commit = Histogram(LATENCY_BUCKETS)
         self._latency_ms = tuple(b * 1000.0 for b in LATENCY_BUCKETS)
         self.up = 0
+        #: read loops backing off from a Redis that is unreachable or refusing work: ``up`` reads 0 meanwhile
+        self.stalled: set[object] = set()
         self.lag = [0.0] * partitions
         self.pending = [0.0] * partitions
         self.dead_letter_length = 0.0
@@ -160,7 +162,7 @@ class WorkerMetrics:
         out: list[float] = [*self.outcomes.values(), *self.modes.values(), *self.reasons.values(),
                             *self.counters.values(), *self.batch.counts, self.batch.total,
                             *self.write_to_commit.counts, self.write_to_commit.total,
-                            float(self.up), self.dead_letter_length, self.gauges_at]
+                            float(self.up and not self.stalled), self.dead_letter_length, self.gauges_at]
         lag, pending = self.lag, self.pending
         n = layout.partitions
         out += (lag + [0.0] * n)[:n]

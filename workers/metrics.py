@@ -107,7 +107,8 @@ class MetricsCollector(Collector):
         p = self.layout.partitions
         up = min((v[g] for v in vectors), default=0.0)
         fresh = max(vectors, key=lambda v: v[g + 2], default=None)
-        yield GaugeMetricFamily(PREFIX + "up", "1 while the worker's read loop runs (every process's).", value=up)
+        yield GaugeMetricFamily(PREFIX + "up", "1 while every read loop of the worker reads (0 while one backs off "
+                                "from a Redis that is unreachable or refuses work).", value=up)
         info = GaugeMetricFamily(PREFIX + "build_info", "The wm-signals version (value 1).", labels=["version"])
         info.add_metric([self._version], 1.0)
         yield info

@@ -167,6 +167,7 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
                 ahead = await consumer.process_and_read(raw, None if stop.is_set() else active)
             backoff.ok()
             METRICS.add("reconnects", lost)
+            METRICS.stalled.discard(loop)
             lost = False
         except GroupMissingError as e:  # a write stream deleted under us: its group goes with it
             ahead, drain = [], True
@@ -177,6 +178,7 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
             drain = True
             if is_whole_server(e):
                 lost = True
+                METRICS.stalled.add(loop)  # wm_signals_up 0 until a read succeeds again
                 await _wait(backoff, e)
             elif "WRONGTYPE" in str(e) or "UNBLOCKED" in str(e):  # a write stream retyped or deleted
                 active, checked = await consumer.readable(streams), time.monotonic()
@@ -185,6 +187,7 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
             else:
                 raise
     METRICS.unmark(loop)
+    METRICS.stalled.discard(loop)
 
 
 async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -> None:
