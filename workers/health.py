@@ -19,7 +19,8 @@ monitor stops writing its slot too) is dead.
 
 Readiness (``/readyz``): the last check of every process, at most
 ``3 x health_interval_s + 5 s`` old (:func:`ready_max_age`), found Redis answering as a
-master (a read-only replica answers the checks' reads, but refuses every commit), the
+master with memory below ``maxmemory`` (a read-only replica, or a server out of memory,
+answers the checks' reads, but refuses every commit), the
 consumer group on every partition's write stream and the worker's Lua scripts in the script cache (a check
 that finds them missing, after a Redis restart or ``SCRIPT FLUSH``, loads them).
 
@@ -265,12 +266,13 @@ class Monitor:
                 pipe.xlen(keys.dead_letters(p))
             if single:
                 pipe.info("replication")
+                pipe.info("memory")
             replies = await pipe.execute(raise_on_error=False)
         code = self._gauges(replies[:2 * keys.partitions])
         if code:
             return code
-        if single and _is_replica(replies[-1]):
-            return 3  # every commit would be refused (READONLY), though the reads above pass there
+        if single and (_is_replica(replies[-2]) or _out_of_memory(replies[-1])):
+            return 3  # every commit would be refused (READONLY, OOM), though the reads above pass there
         if not all(await self.redis.script_exists(*self._shas)):
             for text in self._scripts.values():
                 await self.redis.script_load(text)
@@ -303,6 +305,19 @@ class Monitor:
 def _is_replica(info: object) -> bool:
     """Whether an ``INFO replication`` reply is a replica's (which refuses the worker's writes)."""
     return isinstance(info, dict) and info.get("role") in ("slave", "replica")
+
+
+def _out_of_memory(info: object) -> bool:
+    """Whether an ``INFO memory`` reply shows Redis past ``maxmemory`` (as Redis counts it, leaving
+    out replication and AOF buffers): it then refuses every write (OOM), the commits included,
+    while it still answers reads. Under an evicting policy Redis evicts before each command, so
+    memory still past the limit means it could not."""
+    if not isinstance(info, dict):
+        return False
+    limit, used, uncounted = (info.get(k) for k in ("maxmemory", "used_memory", "mem_not_counted_for_evict"))
+    if not isinstance(limit, int) or not isinstance(used, int) or limit <= 0:
+        return False
+    return used - (uncounted if isinstance(uncounted, int) else 0) > limit
 
 
 def _group(reply: object) -> dict[str, Any] | None:
