@@ -68,7 +68,9 @@ class Settings(BaseSettings):
     """
 
     _deprecations: list[dict[str, object]] = PrivateAttr(default_factory=list)
-    model_config = SettingsConfigDict(env_prefix="WM_SIGNALS_", extra="ignore")
+    # every number finite: an infinite heartbeat TTL crashed the worker (OverflowError), an
+    # infinite grace or interval silently meant never
+    model_config = SettingsConfigDict(env_prefix="WM_SIGNALS_", extra="ignore", allow_inf_nan=False)
 
     redis_url: str | None = None
     cluster: bool = False
@@ -94,22 +96,22 @@ class Settings(BaseSettings):
     omit_delta_value: bool = False
     max_diff_edits: int = Field(300, ge=0, le=100_000)
     batch: int = Field(500, ge=1, le=10_000)
-    block_ms: int = Field(100, ge=1)
-    claim_idle_ms: int = Field(15_000, ge=100)
+    block_ms: int = Field(100, ge=1, le=60_000)  # a read blocks this long, and a stop waits for it
+    claim_idle_ms: int = Field(15_000, ge=100, le=7 * 86_400_000)  # past Redis's XAUTOCLAIM range it crashed
     maintenance_interval_s: float = Field(2.0, gt=0)
     max_attempts: int = Field(3, ge=1)
     grace_s: float = Field(10.0, ge=0)
     reconnect_timeout_s: float = Field(300.0, gt=0)
     consumer_name: str | None = None
     log_format: Literal["auto", "json", "console"] = "auto"
-    log_level: str = "info"
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     # the compact policy's size test counts with it: bytes4, or cl100k (the tokens extra)
     token_counter: CounterName = "bytes4"  # noqa: S105 - a counter's name, not a secret
     metrics_port: int | None = Field(None, ge=1, le=65535)
     metrics_addr: str = "127.0.0.1"
     processes: int | Literal["auto"] = 1
     health_interval_s: float = Field(1.0, gt=0, le=60)
-    heartbeat_ttl_s: float = Field(10.0, gt=0)
+    heartbeat_ttl_s: float = Field(10.0, gt=0, le=86_400)  # Redis refused a longer one: no heartbeat, ever
     liveness_s: float = Field(30.0, gt=0)
 
     @field_validator("*", mode="after")
@@ -122,6 +124,11 @@ class Settings(BaseSettings):
             except UnicodeEncodeError as e:
                 raise ValueError(f"not valid UTF-8 (an undecodable byte at position {e.start})") from e
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("token_counter", mode="after")
     @classmethod

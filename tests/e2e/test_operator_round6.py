@@ -4,10 +4,17 @@
 alerts built on it (``WmSignalsNoWorkerReading``, ``WmSignalsWorkerNotReading``) never
 fired for the outage they describe. ``/readyz`` said ``ok`` while Redis was out of memory:
 every readiness check is a read, which Redis still answers, while it refused every commit.
+Worker settings accepted values they could not honour: a log level that is not one (exit 1,
+``unexpected error (KeyError)``), an infinite heartbeat TTL (``OverflowError``), one Redis
+refuses (no heartbeat was ever written: ``worker --check`` failed for a healthy worker), a
+``claim_idle_ms`` past XAUTOCLAIM's range (the worker crashed two seconds after starting).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -67,3 +74,32 @@ async def test_readyz_fails_while_redis_is_out_of_memory(keys: Keys) -> None:
         proc.wait()
         await admin.aclose()
         server.stop()
+
+
+@pytest.mark.parametrize(("variable", "value", "setting"), [
+    ("WM_SIGNALS_LOG_LEVEL", "verbose", "log_level"),
+    ("WM_SIGNALS_HEARTBEAT_TTL_S", "inf", "heartbeat_ttl_s"),
+    ("WM_SIGNALS_HEARTBEAT_TTL_S", "1e30", "heartbeat_ttl_s"),
+    ("WM_SIGNALS_GRACE_S", "inf", "grace_s"),
+    ("WM_SIGNALS_RECONNECT_TIMEOUT_S", "inf", "reconnect_timeout_s"),
+    ("WM_SIGNALS_CLAIM_IDLE_MS", "99999999999999999999", "claim_idle_ms"),
+])
+def test_a_worker_setting_it_cannot_honour_is_refused(redis_server: RedisServer, keys: Keys, variable: str,
+                                                      value: str, setting: str) -> None:
+    """Refused at start (exit 2, one line naming the setting), before anything runs."""
+    env = {**os.environ, variable: value}
+    proc = subprocess.run([sys.executable, "-m", "workers", "worker", "--check", "--redis-url", redis_server.url,
+                           "--namespace", keys.namespace, "--consumer-name", "settings-probe"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, proc.stderr)
+    assert lines[0].startswith("wm-signals: invalid setting") and setting in lines[0], lines[0]
+
+
+def test_a_log_level_is_taken_in_any_case(redis_server: RedisServer, keys: Keys) -> None:
+    """``WARNING`` is the level ``warning``: the check runs (no live worker of that name: exit 1)."""
+    env = {**os.environ, "WM_SIGNALS_LOG_LEVEL": "WARNING"}
+    proc = subprocess.run([sys.executable, "-m", "workers", "worker", "--check", "--redis-url", redis_server.url,
+                           "--namespace", keys.namespace, "--consumer-name", "nobody-here"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1 and "no live worker 'nobody-here'" in proc.stderr, proc.stderr
