@@ -157,7 +157,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         print(_trimmed_note(signals[0][1], retention), flush=True)
     previous: str | None = None
     found_at = None
-    count = 0
+    count = shown = 0
     last: Materialised | None = None
     document: str | None = None
     try:
@@ -171,6 +171,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
             if args.verify or not _within(item, low, high):
                 previous = item.value
                 continue
+            shown += 1
             if args.json:
                 sys.stdout.write(json_line({**signal_record(item), "firstRetainedVersion": first_retained}) + "\n")
             else:
@@ -181,6 +182,9 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     except VerifyError as e:
         print(f"wm-signals: verify failed: {e}", file=sys.stderr)
         return 1
+    if (low or high) and not shown:  # as --at a version not retained: printing nothing reads as no history
+        raise InvalidInputError(f"no retained signal in {_range(args)}: the retained history is "
+                                f"{_span(signals)}")
     if args.at is not None:
         if found_at is None:
             oldest, latest = signals[0][1].version, signals[-1][1].version
@@ -193,6 +197,18 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         _verified(signals, count, unchecked_macs=unchecked_macs,
                   trimmed=None if trimmed is None else _trimmed_note(signals[0][1], retention), document=document)
     return 0
+
+
+def _range(args: argparse.Namespace) -> str:
+    """``--from``/``--to`` as given, for a message."""
+    return " ".join(f"{flag} {value}" for flag, value in (("--from", args.from_), ("--to", args.to)) if value)
+
+
+def _span(signals: list[tuple[str, Signal]]) -> str:
+    """The versions and emission times a list of signals covers, for a message."""
+    first, last = signals[0][1], signals[-1][1]
+    return (f"versions {first.version}..{last.version}, emitted {first.emitted_at or '?'} to "
+            f"{last.emitted_at or '?'}")
 
 
 def _verified(signals: list[tuple[str, Signal]], count: int, *, unchecked_macs: bool, trimmed: str | None,

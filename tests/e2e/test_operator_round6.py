@@ -8,10 +8,13 @@ Worker settings accepted values they could not honour: a log level that is not o
 ``unexpected error (KeyError)``), an infinite heartbeat TTL (``OverflowError``), one Redis
 refuses (no heartbeat was ever written: ``worker --check`` failed for a healthy worker), a
 ``claim_idle_ms`` past XAUTOCLAIM's range (the worker crashed two seconds after starting).
+``replay --from/--to`` selecting no retained signal printed nothing, exit 0, which reads as a
+lane without history (``--at`` a version not retained is exit 2 naming the retained range).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,9 +22,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+from redis.asyncio import Redis
 
 from signals.streams.client import connect
 from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
+from tests.e2e.test_debugger_review import wm
+from tests.integration.helpers import running_workers, wait_caught_up
 from tests.integration.test_ops import _http, _metrics, _ready, _spawn, _until
 from workers.embedded import RedisServer, free_port
 
@@ -103,3 +110,21 @@ def test_a_log_level_is_taken_in_any_case(redis_server: RedisServer, keys: Keys)
                            "--namespace", keys.namespace, "--consumer-name", "nobody-here"],
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1 and "no live worker 'nobody-here'" in proc.stderr, proc.stderr
+
+
+async def test_replay_range_with_no_retained_signal_says_so(redis_server: RedisServer, redis: Redis,
+                                                           keys: Keys) -> None:
+    """A range past the lane's history is exit 2, one line giving the retained versions and
+    times; a range that holds signals still prints them."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    async with running_workers(redis_server.url, keys, 1):
+        await store.replace("rng", "# Notes\n- one")
+        await store.replace("rng", "# Notes\n- two")
+        await wait_caught_up(redis, keys)
+    for bound in (("--from", "9"), ("--to", "2001-01-01T00:00:00"), ("--from", "3", "--json")):
+        code, out, err = await wm(redis_server.url, keys, "replay", "--resource", "rng", *bound)
+        lines = err.splitlines()
+        assert code == 2 and out == "" and len(lines) == 1, (code, out, err)
+        assert f"no retained signal in {bound[0]} {bound[1]}" in lines[0] and "versions 1..2" in lines[0], lines[0]
+    code, out, err = await wm(redis_server.url, keys, "replay", "--resource", "rng", "--from", "2", "--json")
+    assert code == 0 and [json.loads(line)["version"] for line in out.splitlines()] == [2], (code, out, err)
