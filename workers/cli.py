@@ -126,16 +126,30 @@ def _leaf(error: BaseException) -> BaseException:
     return error
 
 
-def _redis_error(error: redis_exc.RedisError) -> tuple[str, int]:
+#: The role each command runs as (deploy/README.md, "ACL users"), for a refusal by the ACL.
+_ROLES = {"worker": "the worker role", "write": "the writer or agent role", "get": "a writer, reader or agent role",
+          "subscribe": "a reader, writer or agent role", "export": "the operator role",
+          "replay": "the operator role (--verify reads the lane's tracking; without it any role that reads signals)",
+          "inspect": "the operator role", "dlq": "the operator role"}
+
+
+def _redis_error(error: redis_exc.RedisError, command: str | None = None) -> tuple[str, int]:
     """A Redis refusal: a key holding the wrong type of value is corrupt data in Redis, that is
-    bad input like a corrupt document (exit 2); anything else is exit 1."""
+    bad input like a corrupt document (exit 2); a refusal by the ACL names the role the
+    command needs; anything else is exit 1."""
     if isinstance(error, redis_exc.ResponseError) and str(error).startswith("WRONGTYPE"):
         return f"corrupt data in Redis (a key holds the wrong type of value): {error}", EXIT_BAD_INPUT
+    if isinstance(error, redis_exc.NoPermissionError) and command:
+        role = _ROLES.get(command)
+        hint = f"run it as {role}" if role else "see the ACL users in deploy/README.md"
+        return (f"the Redis user may not do what '{command}' needs: {error} ({hint}: the roles are the "
+                "ACL users of 'wm-signals deploy acl')"), EXIT_ERROR
     return f"Redis: {error}", EXIT_ERROR
 
 
-def _report(error: BaseException) -> int:
-    """Print one line for ``error`` on stderr; the exit code it maps to."""
+def _report(error: BaseException, command: str | None = None) -> int:
+    """Print one line for ``error`` on stderr (``command``: the one that was running); the
+    exit code it maps to."""
     error = _leaf(error)
     if isinstance(error, KeyboardInterrupt):
         return 130
@@ -143,14 +157,14 @@ def _report(error: BaseException) -> int:
         with contextlib.suppress(OSError):  # and nothing more to flush at exit either
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    message, code = _message(error)
+    message, code = _message(error, command)
     if os.environ.get("WM_SIGNALS_TRACEBACK"):
         traceback.print_exception(error, file=sys.stderr)
     print(f"wm-signals: {' '.join(message.split())}", file=sys.stderr)
     return code
 
 
-def _message(error: BaseException) -> tuple[str, int]:
+def _message(error: BaseException, command: str | None = None) -> tuple[str, int]:
     """The one line and the exit code of an error (anything but an Exception is raised)."""
     if isinstance(error, redis_exc.RedisClusterException):  # --cluster against a server that is not one
         message, code = f"Redis Cluster: {error}", EXIT_BAD_INPUT
@@ -164,7 +178,7 @@ def _message(error: BaseException) -> tuple[str, int]:
     elif isinstance(error, OSError | WmSignalsError):
         message, code = str(error), EXIT_ERROR
     elif isinstance(error, redis_exc.RedisError):
-        message, code = _redis_error(error)
+        message, code = _redis_error(error, command)
     elif isinstance(error, UnicodeError | RecursionError | msgspec.DecodeError):  # malformed data past a check
         message, code = f"malformed data ({type(error).__name__}): {error}", EXIT_BAD_INPUT
     elif isinstance(error, Exception):
@@ -190,5 +204,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = handler(args)
         sys.stdout.flush()  # here, not at exit: a reader gone (`| head`) is reported as one (exit 141)
     except BaseException as e:  # noqa: BLE001 - the CLI's promise: one line and an exit code, never a traceback
-        return _report(e)
+        return _report(e, args.command)
     return code

@@ -10,6 +10,8 @@ refuses (no heartbeat was ever written: ``worker --check`` failed for a healthy 
 ``claim_idle_ms`` past XAUTOCLAIM's range (the worker crashed two seconds after starting).
 ``replay --from/--to`` selecting no retained signal printed nothing, exit 0, which reads as a
 lane without history (``--at`` a version not retained is exit 2 naming the retained range).
+A command the ACL refused said only ``Redis: this user has no permissions ...``: ``replay
+--verify`` as the reader (the README says to run it as the operator) did not say which role.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from signals.streams.acl import ROLES, acl_file
 from signals.streams.client import connect
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
@@ -128,3 +131,25 @@ async def test_replay_range_with_no_retained_signal_says_so(redis_server: RedisS
         assert f"no retained signal in {bound[0]} {bound[1]}" in lines[0] and "versions 1..2" in lines[0], lines[0]
     code, out, err = await wm(redis_server.url, keys, "replay", "--resource", "rng", "--from", "2", "--json")
     assert code == 0 and [json.loads(line)["version"] for line in out.splitlines()] == [2], (code, out, err)
+
+
+async def test_a_command_the_acl_refuses_names_the_role_it_needs(tmp_path: Path) -> None:
+    """Exit 1, one line naming the command and the role to run it as."""
+    keys = Keys("wm", 4)
+    path = tmp_path / "users.acl"
+    path.write_text(acl_file(keys, {role: f"{role}-pw" for role in ROLES}))
+    server = RedisServer(extra=["--aclfile", str(path)]).start()
+    writer = connect(f"redis://wm-writer:writer-pw@127.0.0.1:{server.port}/0")
+    reader = f"redis://wm-reader:reader-pw@127.0.0.1:{server.port}/0"
+    try:
+        await WorkingMemoryStore(writer, keys=keys).replace("acl1", "# Notes\n- one")
+        for args, role in ((("replay", "--resource", "acl1", "--verify"), "operator role"),
+                           (("inspect",), "operator role"),
+                           (("write", "--resource", "acl1", "--markdown", "x"), "writer or agent role")):
+            code, _, err = await wm(reader, keys, *args)
+            lines = err.splitlines()
+            assert code == 1 and len(lines) == 1, (code, err)
+            assert f"may not do what '{args[0]}' needs" in lines[0] and role in lines[0], lines[0]
+    finally:
+        await writer.aclose()
+        server.stop()
