@@ -64,7 +64,10 @@ def _cmd_acl(args: argparse.Namespace) -> int:
     generated = {role: secrets.token_urlsafe(24) for role in ROLES if role not in passwords}
     text = acl_file(keys, {**passwords, **generated}, cluster=args.cluster)
     if args.output:
-        Path(args.output).write_text(text, "utf-8")
+        try:
+            Path(args.output).write_text(text, "utf-8")
+        except OSError as e:  # a path it cannot write is bad input, named as export names it
+            raise InvalidInputError(f"-o {args.output}: {e.strerror or e}") from e
     else:
         sys.stdout.write(text)
     for role, secret in generated.items():
@@ -85,9 +88,12 @@ def _cmd_kubernetes(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise InvalidInputError(f"-o {args.output}: exists and is not a directory")
     texts = {name: kubernetes.render(options, objects) for name, objects in files.items()}
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in texts.items():
-        (out / name).write_text(text, "utf-8")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            (out / name).write_text(text, "utf-8")
+    except OSError as e:
+        raise InvalidInputError(f"-o {args.output}: {e.strerror or e}") from e
     return 0
 
 

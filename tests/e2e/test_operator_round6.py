@@ -12,6 +12,8 @@ refuses (no heartbeat was ever written: ``worker --check`` failed for a healthy 
 lane without history (``--at`` a version not retained is exit 2 naming the retained range).
 A command the ACL refused said only ``Redis: this user has no permissions ...``: ``replay
 --verify`` as the reader (the README says to run it as the operator) did not say which role.
+``deploy acl -o`` and ``deploy kubernetes -o`` on a path they cannot write were exit 1 with a
+bare ``[Errno 2]`` line; ``export -o`` names the flag, exit 2.
 """
 
 from __future__ import annotations
@@ -153,3 +155,15 @@ async def test_a_command_the_acl_refuses_names_the_role_it_needs(tmp_path: Path)
     finally:
         await writer.aclose()
         server.stop()
+
+
+def test_deploy_output_it_cannot_write_is_bad_input(tmp_path: Path) -> None:
+    """Exit 2, one line naming ``-o`` and the path; no password is printed for a file not written."""
+    (tmp_path / "a-file").write_text("")
+    for args in (("acl", "--namespace", "wm", "-o", str(tmp_path / "missing" / "users.acl")),
+                 ("kubernetes", "-o", str(tmp_path / "a-file" / "k8s"))):
+        proc = subprocess.run([sys.executable, "-m", "workers", "deploy", *args], capture_output=True, text=True,
+                              timeout=60, check=False)
+        lines = proc.stderr.splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", (proc.returncode, proc.stderr)
+        assert lines[0].startswith(f"wm-signals: -o {args[-1]}: "), lines[0]
