@@ -334,6 +334,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    """The report, whole, even when some lanes are bad (a lane set member that is not a lane of
+    its partition, or a lane whose versions do not read): each is named with its reason,
+    counted in the ``bad`` column, and the exit code is then 2 (malformed data read from
+    Redis), with one line on stderr saying how many."""
     settings = settings_from(args)
 
     async def main() -> int:
@@ -341,30 +345,51 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             report = await inspect(redis, settings.keys(), top=args.top)
         if args.json:
             print(json_line({"partitions": [_partition_dict(p) for p in report.partitions],
-                               "totals": report.totals, "busiest": report.busiest}))
-            return 0
+                             "totals": report.totals, "busiest": report.busiest,
+                             "badLanes": [{"partition": b.partition, "lane": b.lane, "reason": b.reason}
+                                          for b in report.bad_lanes]}))
+            return _bad_lanes_status(report)
         table = Table(title=f"namespace {settings.namespace}")
-        for column in ("part", "stream", "pending", "lagging", "lanes", "dlq", "consumers:pending/idle"):
+        for column in ("part", "stream", "pending", "lagging", "lanes", "bad", "dlq", "consumers:pending/idle"):
             table.add_column(column, justify="right" if column != "consumers" else "left")
         for p in report.partitions:  # consumer and lane names are data: no markup in them
             consumers = ", ".join(f"{field(c.name)}:{c.pending}/{c.idle_ms / 1000:.0f}s" for c in p.consumers)
             table.add_row(str(p.partition), str(p.stream_length), str(p.pending), str(p.lag), str(p.lanes),
-                          str(p.dead_letters), consumers or "-")
+                          str(p.bad), str(p.dead_letters), consumers or "-")
         t = report.totals
         table.add_row("all", str(t["stream_length"]), str(t["pending"]), str(t["lag"]), str(t["lanes"]),
-                      str(t["dead_letters"]), "")
+                      str(t["bad"]), str(t["dead_letters"]), "")
         _console.print(table)
         if report.busiest:
             busiest = ", ".join(f"{literal(lane)} ({n})" for lane, n in report.busiest)
             _console.print(f"busiest lanes (writes): {busiest}", markup=False)
-        return 0
+        if report.bad_lanes:
+            _console.print(f"bad lanes ({t['bad']}, left out of the lag and the busiest lanes):", markup=False)
+            for b in report.bad_lanes:
+                _console.print(f"  partition {b.partition}: {literal(b.lane)}: {literal(b.reason)}", markup=False)
+            if t["bad"] > len(report.bad_lanes):
+                _console.print(f"  ... and {t['bad'] - len(report.bad_lanes)} more", markup=False)
+        return _bad_lanes_status(report)
 
     return run_async(main)
 
 
+def _bad_lanes_status(report: Any) -> int:
+    """``inspect``'s exit code once the whole report is out: 2 (malformed data read from
+    Redis) with one line on stderr when some lanes are bad, else 0."""
+    bad = report.totals["bad"]
+    if not bad:
+        return 0
+    sys.stdout.flush()
+    first = report.bad_lanes[0]
+    print(f"wm-signals: {bad} bad lane(s) in the report (malformed data in Redis), e.g. partition "
+          f"{first.partition}: {literal(first.lane)}: {' '.join(literal(first.reason).split())}", file=sys.stderr)
+    return 2
+
+
 def _partition_dict(p: Any) -> dict[str, Any]:
     return {"partition": p.partition, "streamLength": p.stream_length, "pending": p.pending, "lag": p.lag,
-            "lanes": p.lanes, "deadLetters": p.dead_letters,
+            "lanes": p.lanes, "bad": p.bad, "deadLetters": p.dead_letters,
             "consumers": [{"name": c.name, "pending": c.pending, "idleMs": c.idle_ms} for c in p.consumers]}
 
 

@@ -3,7 +3,12 @@
 Versions read back are checked: a document or tracking hash whose version is not an
 integer within 0..2**53 (or a key of another type) raises
 :class:`~signals.errors.CorruptDataError` naming the key and the field, instead of a raw
-``ValueError``.
+``ValueError``. The namespace-wide readers (:func:`lagging_lanes` here, ``inspect`` in
+:mod:`signals.streams.status`) read lanes with :func:`lane_progress` instead, which returns
+such a fault in the lane's place: one lane whose keys a writer filled with junk must not
+stop the view of every other lane. The names in a partition's lane set are a writer's too
+(the write script adds them, and so can a writer's own ``SADD``): :func:`lane_name_problem`
+says when one cannot be a lane of that partition.
 """
 
 from __future__ import annotations
@@ -11,12 +16,12 @@ from __future__ import annotations
 import anyio
 from redis import exceptions as redis_exc
 
-from signals.errors import CorruptDataError
+from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client, smembers
-from signals.streams.keys import Keys
+from signals.streams.keys import MAX_ID_LENGTH, Keys, validate_id
 from signals.streams.replay import MAX_VERSION
 
-__all__ = ("lagging_lanes", "lane_versions", "wait_caught_up")
+__all__ = ("lagging_lanes", "lane_name_problem", "lane_progress", "lane_versions", "wait_caught_up")
 
 
 async def lane_versions(redis: Client, keys: Keys, lanes: list[str]) -> list[tuple[int, int]]:
@@ -25,6 +30,18 @@ async def lane_versions(redis: Client, keys: Keys, lanes: list[str]) -> list[tup
     Raises:
         CorruptDataError: a version field is not an integer within 0..2**53 (names it).
     """
+    out = []
+    for item in await lane_progress(redis, keys, lanes):
+        if isinstance(item, CorruptDataError):
+            raise item
+        out.append(item)
+    return out
+
+
+async def lane_progress(redis: Client, keys: Keys, lanes: list[str]) -> list[tuple[int, int] | CorruptDataError]:
+    """As :func:`lane_versions`, but a lane whose versions do not read (junk, a key of another
+    type) gets its :class:`CorruptDataError` in its place instead of raising: the others
+    are still read. Whole-server conditions (out of memory, loading...) are raised."""
     if not lanes:
         return []
     async with redis.pipeline(transaction=False) as pipe:
@@ -32,8 +49,32 @@ async def lane_versions(redis: Client, keys: Keys, lanes: list[str]) -> list[tup
             pipe.execute_command("HGET", keys.doc(lane), "version", NEVER_DECODE=True)
             pipe.execute_command("HGET", keys.track(lane), "wv", NEVER_DECODE=True)
         replies = await pipe.execute(raise_on_error=False)
-    return [(_version(replies[2 * i], keys.doc(lane), "version"), _version(replies[2 * i + 1], keys.track(lane), "wv"))
-            for i, lane in enumerate(lanes)]
+    out: list[tuple[int, int] | CorruptDataError] = []
+    for i, lane in enumerate(lanes):
+        try:
+            out.append((_version(replies[2 * i], keys.doc(lane), "version"),
+                        _version(replies[2 * i + 1], keys.track(lane), "wv")))
+        except CorruptDataError as e:
+            out.append(e)
+    return out
+
+
+def lane_name_problem(keys: Keys, lane: str, partition: int) -> str | None:
+    """Why ``lane``, a member of ``partition``'s lane set, cannot be one of its lanes (``None``
+    when it can): not ``r:<id>`` or ``t:<id>`` with an id :func:`validate_id` takes (at most
+    512 characters, no control character, brace or byte that is not UTF-8), or a lane of
+    another partition (its keys are not where this set's lanes are, and listing it here
+    would count it twice)."""
+    if len(lane) > MAX_ID_LENGTH + 2 or lane[:2] not in ("r:", "t:"):
+        return f"not a lane name (r:<id> or t:<id>, an id of at most {MAX_ID_LENGTH} characters)"
+    try:
+        validate_id(lane[2:], "id")
+    except InvalidInputError:
+        return "not a lane name (its id is empty, or holds a control character, a brace or bytes that are not UTF-8)"
+    home = keys.partition(lane)
+    if home != partition:
+        return f"a lane of partition {home}, not of this one (someone added it to this partition's lane set)"
+    return None
 
 
 def _version(raw: object, key: str, field: str) -> int:
@@ -50,13 +91,19 @@ def _version(raw: object, key: str, field: str) -> int:
 
 
 async def lagging_lanes(redis: Client, keys: Keys) -> dict[str, tuple[int, int]]:
-    """Lanes whose processed write version is behind the document: ``lane -> (doc, processed)``."""
+    """Lanes whose processed write version is behind the document: ``lane -> (doc, processed)``.
+
+    A member of a lane set that is not a lane of its partition, and a lane whose versions
+    do not read (:func:`lane_progress`), are left out: the workers dead-letter such a lane's
+    events rather than process them, so it is not behind, and it must not stop the answer
+    for every other lane (``wm-signals inspect`` names them)."""
     behind: dict[str, tuple[int, int]] = {}
     for partition in range(keys.partitions):
-        lanes = await smembers(redis, keys.lanes(partition))
-        for lane, (doc, done) in zip(lanes, await lane_versions(redis, keys, lanes), strict=True):
-            if done < doc:
-                behind[lane] = (doc, done)
+        lanes = [lane for lane in await smembers(redis, keys.lanes(partition))
+                 if lane_name_problem(keys, lane, partition) is None]
+        for lane, read in zip(lanes, await lane_progress(redis, keys, lanes), strict=True):
+            if not isinstance(read, CorruptDataError) and read[1] < read[0]:
+                behind[lane] = read
     return behind
 
 

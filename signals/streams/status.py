@@ -1,4 +1,11 @@
-"""A read-only health report of a namespace: partitions, consumers, pending, lag, dead letters."""
+"""A read-only health report of a namespace: partitions, consumers, pending, lag, dead letters.
+
+Lane names and versions are tenants' data (a writer adds its lanes to its partition's lane
+set and sets its documents' fields): a lane set member that is not a lane of its partition,
+and a lane whose versions do not read, is reported as a bad lane (named, with the reason,
+counted per partition) and the report goes on with the other lanes; it is left out of the
+lag and the busiest lanes. One tenant's junk must not hide the namespace from its operator.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,17 @@ from dataclasses import dataclass, field
 
 from redis import exceptions as redis_exc
 
+from signals.errors import CorruptDataError
 from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
-from signals.streams.progress import lane_versions
+from signals.streams.progress import lane_name_problem, lane_progress
 
-__all__ = ("ConsumerInfo", "PartitionInfo", "Report", "inspect")
+__all__ = ("BAD_LANES_LISTED", "BadLane", "ConsumerInfo", "PartitionInfo", "Report", "inspect", "shown_name")
+
+#: How many bad lanes a report names (all of them are counted).
+BAD_LANES_LISTED = 100
+#: How many characters of a lane name a report shows.
+_SHOWN_CHARS = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +37,7 @@ class ConsumerInfo:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """One partition."""
+    """One partition (``bad``: members of its lane set that are bad lanes)."""
 
     partition: int
     stream_length: int
@@ -33,27 +46,53 @@ class PartitionInfo:
     lanes: int
     dead_letters: int
     consumers: tuple[ConsumerInfo, ...]
+    bad: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BadLane:
+    """A member of a partition's lane set the report could not take as a lane: ``lane`` is
+    its name as shown (:func:`shown_name`), ``reason`` what is wrong with it."""
+
+    partition: int
+    lane: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """The whole namespace."""
+    """The whole namespace; ``bad_lanes`` names the first :data:`BAD_LANES_LISTED` bad lanes
+    (``totals["bad"]`` counts them all)."""
 
     partitions: tuple[PartitionInfo, ...]
     busiest: tuple[tuple[str, int], ...] = field(default=())
+    bad_lanes: tuple[BadLane, ...] = field(default=())
 
     @property
     def totals(self) -> dict[str, int]:
         """Sums over partitions."""
         return {name: sum(getattr(p, name) for p in self.partitions)
-                for name in ("stream_length", "pending", "lag", "lanes", "dead_letters")}
+                for name in ("stream_length", "pending", "lag", "lanes", "dead_letters", "bad")}
+
+
+def shown_name(lane: str) -> str:
+    """A lane name as a report shows it: printable (a control character or a byte that is
+    not UTF-8 is escaped: ``\\x1b``, ``\\xff``) and at most 80 characters of it, followed by
+    its length when it is longer."""
+    def char(c: str) -> str:
+        if 0xDC80 <= ord(c) <= 0xDCFF:  # a byte that is not UTF-8 (read with surrogateescape)
+            return f"\\x{ord(c) - 0xDC00:02x}"
+        return c if c.isprintable() else repr(c)[1:-1]  # \x1b, \u202e
+    text = "".join(char(c) for c in lane[:_SHOWN_CHARS])
+    return text if len(lane) <= _SHOWN_CHARS else f"{text}… ({len(lane):,} characters)"
 
 
 async def inspect(redis: Client, keys: Keys, *, top: int = 10, scan: int = 10_000) -> Report:
     """Build the report. ``lag`` counts lanes whose worker is behind their document;
-    ``busiest`` ranks up to ``scan`` lanes per partition by document version (writes)."""
+    ``busiest`` ranks up to ``scan`` lanes per partition by document version (writes); a
+    bad lane (see the module) is counted in ``bad`` and named in ``bad_lanes`` instead."""
     parts = []
-    busiest: list[tuple[str, int]] = []
+    lanes = _Lanes(top)
     for p in range(keys.partitions):
         stream = keys.writes(p)
         length = await redis.xlen(stream)
@@ -65,20 +104,47 @@ async def inspect(redis: Client, keys: Keys, *, top: int = 10, scan: int = 10_00
                          for c in await redis.xinfo_consumers(stream, GROUP)]
         except redis_exc.ResponseError:  # no group yet: no worker ever started
             pass
-        lanes_key = keys.lanes(p)
-        lane_count = await redis.scard(lanes_key)
-        lag = 0
+        lane_count = await redis.scard(keys.lanes(p))
+        lag, bad = await lanes.scan(redis, keys, p, scan)
+        parts.append(PartitionInfo(p, length, pending, lag, lane_count,
+                                   await redis.xlen(keys.dead_letters(p)), tuple(consumers), bad))
+    return Report(tuple(parts), tuple(lanes.busiest), tuple(lanes.bad))
+
+
+class _Lanes:
+    """The lanes part of a report, partition by partition: the busiest lanes and the bad ones."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.busiest: list[tuple[str, int]] = []
+        self.bad: list[BadLane] = []
+
+    def _bad(self, partition: int, lane: str, reason: str) -> None:
+        if len(self.bad) < BAD_LANES_LISTED:
+            self.bad.append(BadLane(partition, shown_name(lane), reason))
+
+    async def scan(self, redis: Client, keys: Keys, partition: int, limit: int) -> tuple[int, int]:
+        """Read up to about ``limit`` lanes of a partition; its lagging and bad lane counts."""
+        lag = bad = 0
         cursor, seen = 0, 0
         while True:
-            cursor, found = await redis.sscan(lanes_key, cursor, count=1000)
-            lanes = [str(lane) for lane in found]
-            for lane, (doc, done) in zip(lanes, await lane_versions(redis, keys, lanes), strict=True):
-                lag += done < doc
-                busiest.append((lane, doc))
-            busiest = sorted(busiest, key=lambda x: -x[1])[:top]
-            seen += len(lanes)
-            if cursor == 0 or seen >= scan:
-                break
-        parts.append(PartitionInfo(p, length, pending, lag, lane_count,
-                                   await redis.xlen(keys.dead_letters(p)), tuple(consumers)))
-    return Report(tuple(parts), tuple(busiest))
+            cursor, found = await redis.sscan(keys.lanes(partition), cursor, count=1000)
+            lanes = []
+            for lane in (str(member) for member in found):
+                problem = lane_name_problem(keys, lane, partition)
+                if problem is None:
+                    lanes.append(lane)
+                else:
+                    bad += 1
+                    self._bad(partition, lane, problem)
+            for lane, read in zip(lanes, await lane_progress(redis, keys, lanes), strict=True):
+                if isinstance(read, CorruptDataError):
+                    bad += 1
+                    self._bad(partition, lane, str(read))
+                    continue
+                lag += read[1] < read[0]
+                self.busiest.append((lane, read[0]))
+            self.busiest = sorted(self.busiest, key=lambda x: -x[1])[:self.top]
+            seen += len(found)
+            if cursor == 0 or seen >= limit:
+                return lag, bad

@@ -1,0 +1,153 @@
+"""The operator's namespace-wide views against one tenant's junk.
+
+A namespace holds many tenants' lanes; its operator's views (``inspect``, its JSON, the lag)
+read every lane. Everything here is written with a *writer's* ACL rights (the users
+``deploy acl`` generates, loaded into the test's server for the test's namespace): a
+writer sets its documents' fields and adds lane names to its partition's lane set (the
+write script's ``HSET`` and ``SADD``, which it may also call directly). One such key made
+the whole report exit 2 (a document version ``junk``), or hid other lanes from it (a lane
+added to every partition's set filled ``--top``). The promise (DESIGN "Trust boundary"):
+a hostile entry affects only its lane; the report names it as bad, with the reason, and
+goes on with the others.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from signals.streams.acl import ROLES, acl_users
+from signals.streams.client import Client, connect
+from signals.streams.keys import Keys
+from signals.streams.progress import lagging_lanes
+from signals.streams.status import inspect
+from signals.streams.store import WorkingMemoryStore
+from workers.cli import main as cli_main
+from workers.embedded import RedisServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+PASSWORDS = {role: f"{role}-pw" for role in ROLES}
+
+
+@pytest.fixture
+async def as_role(redis_server: RedisServer, redis: Redis, keys: Keys) -> AsyncIterator[Callable[[str], Client]]:
+    """Clients of the test's namespace logged in as one of its generated ACL users."""
+    users = acl_users(keys, PASSWORDS)
+    for user, rules in users.items():
+        await redis.execute_command("ACL SETUSER", user, *rules)
+    clients: list[Client] = []
+
+    def open_as(role: str) -> Client:
+        client = connect(f"redis://{keys.namespace}-{role}:{PASSWORDS[role]}@127.0.0.1:{redis_server.port}/0")
+        clients.append(client)
+        return client
+
+    yield open_as
+    for client in clients:
+        await client.aclose()
+    for user in users:
+        await redis.execute_command("ACL DELUSER", user)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli_main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+async def _inspect_cli(capsys: pytest.CaptureFixture[str], server: RedisServer, keys: Keys,
+                       *args: str) -> tuple[int, str, str]:
+    """``wm-signals inspect`` as the operator role (the CLI runs its own event loop)."""
+    url = f"redis://{keys.namespace}-operator:{PASSWORDS['operator']}@127.0.0.1:{server.port}/0"
+    flags = ["--redis-url", url, "--namespace", keys.namespace, "--partitions", str(keys.partitions)]
+    return await anyio.to_thread.run_sync(lambda: _cli(capsys, "inspect", *flags, *args))
+
+
+async def _two_lanes(redis: Redis, keys: Keys) -> None:
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("alice", "# Alice\n- tea")
+    await store.replace("bob", "# Bob\n- coffee")
+    await store.replace("bob", "# Bob\n- coffee\n- cake")
+
+
+async def test_a_document_version_set_to_junk_is_one_bad_lane_in_a_whole_report(
+    redis_server: RedisServer, redis: Redis, keys: Keys, as_role: Callable[[str], Client],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The finding: one writer's ``HSET doc version junk`` made ``inspect`` (and ``--json``)
+    exit 2 with nothing but that key's name; now the report is whole, the lane is named as
+    bad with its reason and counted, and the exit code is still 2 (malformed data in Redis)."""
+    await _two_lanes(redis, keys)
+    await as_role("writer").hset(keys.doc("r:alice"), "version", "junk")
+
+    report = await inspect(as_role("operator"), keys)
+    alice = keys.partition("r:alice")
+    assert [(b.partition, b.lane, b.reason) for b in report.bad_lanes] == [
+        (alice, "r:alice", f"{keys.doc('r:alice')} field version is 'junk', not an integer within 0..2**53")]
+    assert report.busiest == (("r:bob", 2),)
+    assert report.totals["bad"] == 1 and report.partitions[alice].bad == 1
+    assert report.totals["lag"] == 1  # bob: written, no worker ran; alice is not counted
+
+    code, out, err = await _inspect_cli(capsys, redis_server, keys)
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("wm-signals: 1 bad lane"), err
+    assert "Traceback" not in err and "r:bob (2)" in out
+    assert f"partition {alice}: r:alice: {keys.doc('r:alice')} field version is 'junk'" in out
+
+    code, out, err = await _inspect_cli(capsys, redis_server, keys, "--json")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    body = json.loads(out)
+    assert body["busiest"] == [["r:bob", 2]] and body["totals"]["bad"] == 1
+    assert [(b["partition"], b["lane"]) for b in body["badLanes"]] == [(alice, "r:alice")]
+    assert "version is 'junk'" in body["badLanes"][0]["reason"]
+
+
+async def test_lane_set_members_that_are_no_lane_of_their_partition_are_bad_lanes(
+    redis_server: RedisServer, redis: Redis, keys: Keys, as_role: Callable[[str], Client],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A writer may ``SADD`` anything to a lane set: bytes that are not UTF-8 made ``inspect``
+    exit 2 (UnicodeEncodeError building the key), a 1 MiB name was printed whole among the
+    busiest lanes, and a genuine lane added to every partition's set was counted once per
+    partition, filling ``--top`` with copies of itself and hiding the others' lanes."""
+    await _two_lanes(redis, keys)
+    writer = as_role("writer")
+    await writer.sadd(keys.lanes(0), b"r:\xff\xfe")
+    await writer.sadd(keys.lanes(0), "r:" + "x" * (1 << 20))
+    await writer.sadd(keys.lanes(1), "r:a}{b")
+    await writer.hset(keys.doc("r:alice"), "version", "900")  # the busiest lane, at once
+    for p in range(keys.partitions):
+        await writer.sadd(keys.lanes(p), "r:alice")
+
+    report = await inspect(as_role("operator"), keys, top=2)
+    assert report.busiest == (("r:alice", 900), ("r:bob", 2))
+    copies = keys.partitions - 1
+    assert report.totals["bad"] == 3 + copies and report.totals["lag"] == 2
+    reasons = {(b.partition, b.lane): b.reason for b in report.bad_lanes}
+    assert reasons[(0, "r:\\xff\\xfe")].startswith("not a lane name")
+    assert reasons[(1, "r:a}{b")].startswith("not a lane name")
+    assert reasons[(0, "r:" + "x" * 78 + f"… ({(1 << 20) + 2:,} characters)")].startswith("not a lane name")
+    home = keys.partition("r:alice")
+    assert all(reasons[(p, "r:alice")].startswith(f"a lane of partition {home}, not of this one")
+               for p in range(keys.partitions) if p != home)
+
+    code, out, err = await _inspect_cli(capsys, redis_server, keys, "--top", "2")
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "busiest lanes (writes): r:alice (900), r:bob (2)" in out and "x" * 100 not in out
+    assert f"bad lanes ({3 + copies}, " in out and "r:\\xff\\xfe" in out
+
+
+async def test_the_lag_leaves_bad_lanes_out_instead_of_failing(
+    redis: Redis, keys: Keys, as_role: Callable[[str], Client],
+) -> None:
+    """``lagging_lanes`` (and so ``wait_caught_up``, which agent loops and the demo call on a
+    whole namespace) raised for one lane's junk version or one junk lane name."""
+    await _two_lanes(redis, keys)
+    writer = as_role("writer")
+    await writer.hset(keys.doc("r:alice"), "version", "junk")
+    await writer.sadd(keys.lanes(0), b"r:\xff")
+    assert await lagging_lanes(as_role("operator"), keys) == {"r:bob": (2, 0)}
