@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +37,9 @@ from workers.runtime import open_client
 __all__ = ("register",)
 
 _console = OutputConsole(highlight=False, soft_wrap=True)
+
+#: How many dead letters ``dlq list`` shows per partition (the oldest).
+DLQ_LISTED = 1000
 
 #: Why a lane read from Redis may hold no signal: ``replay`` and ``export`` say the same.
 _NO_SIGNALS_HINT = "no worker has processed its writes yet, or check --namespace, --scope and the ids"
@@ -400,10 +404,16 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
         async with open_client(settings) as redis:
             dlq = DeadLetters(redis, settings.keys())
             if args.action == "list":
-                for entry in await dlq.list():
+                entries = await dlq.list(limit=DLQ_LISTED)
+                for entry in entries:
                     what = (f"attempts {entry.letter.attempts}  {literal(entry.letter.error)}" if entry.letter
                             else literal(entry.problem or ""))
                     print(f"{entry.id}  partition {entry.partition}  {what}")
+                listed = Counter(entry.partition for entry in entries)
+                for partition, length in enumerate(await dlq.lengths()):
+                    if length > listed[partition]:  # as many lines as a partition holds would be too many
+                        print(f"partition {partition}: {length - listed[partition]} more dead letters not listed "
+                              f"(the list shows the oldest {DLQ_LISTED} of each partition)")
             elif args.action == "show":
                 print(json_line((await dlq.get(_need_id(args))).letter))
             elif args.action == "requeue":

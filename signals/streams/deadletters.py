@@ -43,9 +43,14 @@ class DeadLetters:
         self._requeue = redis.register_script(lua("requeue"))
 
     async def list(self, *, limit: int = 1000) -> list[DeadLetterEntry]:
-        """Dead letters of every partition, oldest first per partition; an entry that does
-        not decode is listed too, with ``letter=None`` and the problem (it used to be left
-        out, so the operator never saw the id that ``drop`` needs)."""
+        """Dead letters of every partition, the oldest ``limit`` of each partition, partition by
+        partition; an entry that does not decode is listed too, with ``letter=None`` and the
+        problem (it used to be left out, so the operator never saw the id that ``drop`` needs).
+
+        The limit is per partition: one limit over the whole namespace was filled by the
+        first partitions, so a writer whose junk events filled its partition's dead-letter
+        stream hid every later partition's dead letters. :meth:`lengths` says how many each
+        partition holds."""
         out: list[DeadLetterEntry] = []
         for partition in range(self.keys.partitions):
             for entry_id, fields in await self._range(partition, count=limit):
@@ -54,7 +59,21 @@ class DeadLetters:
                 except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as e:
                     problem = f"no {FIELD} field" if isinstance(e, KeyError) else str(e)
                     out.append(DeadLetterEntry(partition, entry_id, None, f"not a dead letter: {problem}"))
-        return out[:limit]
+        return out
+
+    async def lengths(self) -> tuple[int, ...]:
+        """How many entries each partition's dead-letter stream holds (0 for none), in
+        partition order; a key of another type is :class:`CorruptDataError` naming it."""
+        out = [0] * self.keys.partitions
+        for partition in range(self.keys.partitions):
+            key = self.keys.dead_letters(partition)
+            try:
+                out[partition] = int(await self.redis.xlen(key))
+            except redis_exc.ResponseError as e:
+                if "WRONGTYPE" not in str(e):
+                    raise
+                raise CorruptDataError(f"{key} is not a stream") from e
+        return tuple(out)
 
     async def _find(self, dead_letter_id: str) -> tuple[int, str, dict[str, str]]:
         """Where a dead letter is, and its raw fields (checked by the caller)."""

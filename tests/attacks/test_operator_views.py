@@ -26,6 +26,7 @@ from signals.streams.keys import Keys
 from signals.streams.progress import lagging_lanes
 from signals.streams.status import inspect
 from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import running_workers
 from workers.cli import main as cli_main
 from workers.embedded import RedisServer
 
@@ -151,3 +152,29 @@ async def test_the_lag_leaves_bad_lanes_out_instead_of_failing(
     await writer.hset(keys.doc("r:alice"), "version", "junk")
     await writer.sadd(keys.lanes(0), b"r:\xff")
     assert await lagging_lanes(as_role("operator"), keys) == {"r:bob": (2, 0)}
+
+
+async def test_one_partitions_flood_of_dead_letters_hides_no_other_partitions(
+    redis_server: RedisServer, redis: Redis, keys: Keys, as_role: Callable[[str], Client],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``dlq list`` showed the first 1000 dead letters of the whole namespace, partition by
+    partition, and said nothing of the rest: a writer's 1001 junk events in partition 0 (each
+    dead-lettered at once) hid another tenant's dead letter in partition 2. Now each
+    partition lists its oldest 1000, and a partition holding more says how many more."""
+    writer = as_role("writer")
+    async with running_workers(redis_server.url, keys, 1):
+        for n in range(1001):
+            await writer.xadd(keys.writes(0), {"junk": str(n)})
+        await writer.xadd(keys.writes(2), {"junk": "another tenant's"})
+        with anyio.fail_after(60):
+            while [await redis.xlen(keys.dead_letters(p)) for p in (0, 2)] != [1001, 1]:
+                await anyio.sleep(0.05)
+    url = f"redis://{keys.namespace}-operator:{PASSWORDS['operator']}@127.0.0.1:{redis_server.port}/0"
+    flags = ["--redis-url", url, "--namespace", keys.namespace, "--partitions", str(keys.partitions)]
+    code, out, err = await anyio.to_thread.run_sync(lambda: _cli(capsys, "dlq", "list", *flags))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert sum("  partition 0  " in line for line in lines) == 1000
+    assert sum("  partition 2  " in line for line in lines) == 1
+    assert "partition 0: 1 more dead letters not listed (the list shows the oldest 1000 of each partition)" in lines
