@@ -22,7 +22,7 @@ from signals.core.models import Delivery, Signal
 from signals.core.retention import Retention
 from signals.core.signing import MAC_FIELD, Signer
 from signals.core.tokens import approx_tokens
-from signals.errors import InvalidInputError, VerifyError
+from signals.errors import CorruptDataError, InvalidInputError, VerifyError
 from signals.streams.deadletters import DeadLetters
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.export import decode_export, encode_export, read_export, write_export
@@ -299,11 +299,16 @@ async def _signed(redis: Any, stream: str) -> bool:
 async def _load(redis: Any, keys: Keys, args: argparse.Namespace,
                 signer: Signer | None = None) -> tuple[list[tuple[str, Signal]], list[Delivery]]:
     deliveries: list[Delivery] = []
-    if getattr(args, "deliveries", False) or args.command == "export":
-        if args.thread:
-            deliveries = await DeliveryLog(redis, keys).read(args.thread)
-        elif getattr(args, "deliveries", False):
+    if getattr(args, "deliveries", False):
+        if not args.thread:
             raise InvalidInputError("--deliveries needs --thread")
+        deliveries = await DeliveryLog(redis, keys).read(args.thread)
+    elif args.command == "export" and args.thread and not args.no_deliveries:
+        try:
+            deliveries = await DeliveryLog(redis, keys).read(args.thread)
+        except CorruptDataError as e:  # any agent user may append to any thread's log
+            raise CorruptDataError(f"{e}; no file was written (--no-deliveries exports the lane's signals "
+                                   "without the thread's delivery log)") from e
     signals: list[tuple[str, Signal]] = []
     if not getattr(args, "deliveries", False):
         lane = lane_id(lane_scope(args), args.resource, args.thread)
@@ -454,6 +459,8 @@ def register(sub: Any) -> None:
     add_common_args(export)
     add_lane_args(export)
     export.add_argument("--output", "-o", required=True, help="output file ('-': standard output)")
+    export.add_argument("--no-deliveries", action="store_true",
+                        help="leave the thread's delivery log out (the lane's signals only)")
     export.set_defaults(handler=_cmd_export, deliveries=False)
 
     insp = sub.add_parser("inspect", help="partitions, consumer groups, pending, lag, dead letters, busiest lanes")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import anyio
 import pytest
@@ -23,7 +24,7 @@ from redis.asyncio import Redis
 from signals.streams.acl import ROLES, acl_users
 from signals.streams.client import Client, connect
 from signals.streams.keys import Keys
-from signals.streams.progress import lagging_lanes
+from signals.streams.progress import lagging_lanes, wait_caught_up
 from signals.streams.status import inspect
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers
@@ -178,3 +179,33 @@ async def test_one_partitions_flood_of_dead_letters_hides_no_other_partitions(
     assert sum("  partition 0  " in line for line in lines) == 1000
     assert sum("  partition 2  " in line for line in lines) == 1
     assert "partition 0: 1 more dead letters not listed (the list shows the oldest 1000 of each partition)" in lines
+
+
+async def test_a_junk_delivery_record_leaves_a_thread_lanes_signals_exportable(
+    redis_server: RedisServer, redis: Redis, keys: Keys, as_role: Callable[[str], Client],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    """Any agent user may append to any thread's delivery log (``acl.py``); one junk record
+    there made ``export --thread T`` refuse the whole export, and nothing exported the thread
+    lane's signals without its log. The refusal stays (no file missing records that reads as
+    whole) and says how to go on; ``--no-deliveries`` exports the signals alone."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.create_thread("t1", "alice")
+    async with running_workers(redis_server.url, keys, 1):
+        await store.replace("alice", "# Thread notes", thread_id="t1", scope="thread")
+        await wait_caught_up(redis, keys)
+    await as_role("agent").xadd(keys.deliveries("t1"), {"e": b"\xff junk"})
+    url = f"redis://{keys.namespace}-operator:{PASSWORDS['operator']}@127.0.0.1:{redis_server.port}/0"
+    flags = ["--redis-url", url, "--namespace", keys.namespace, "--partitions", str(keys.partitions)]
+    out_file = tmp_path / "lane.jsonl"
+
+    code, out, err = await anyio.to_thread.run_sync(
+        lambda: _cli(capsys, "export", *flags, "--thread", "t1", "-o", str(out_file)))
+    assert code == 2 and len(err.splitlines()) == 1 and keys.deliveries("t1") in err and "--no-deliveries" in err
+    assert not out_file.exists()
+
+    code, out, err = await anyio.to_thread.run_sync(
+        lambda: _cli(capsys, "export", *flags, "--thread", "t1", "--no-deliveries", "-o", str(out_file)))
+    assert (code, err) == (0, "") and "exported 1 signals and 0 deliveries" in out
+    code, out, err = await anyio.to_thread.run_sync(lambda: _cli(capsys, "replay", "--file", str(out_file), "--verify"))
+    assert (code, err) == (0, "") and "verified 1 signals" in out
