@@ -3,7 +3,7 @@ the floor: the same load through a minimal XREADGROUP -> XADD -> XACK loop.
 
 Processes on loopback: pipelined writers (paced, open loop: every tick each writer sends
 the writes that have fallen due, in one pipeline of write-script calls, stamping each
-document with its send time; one process per 4,000 writes/s), the consumer (a
+document with its send time; one process per 10,000 writes/s, packed into RESP on a raw connection), the consumer (a
 ``wm-signals`` worker, or the minimal loop: read the write streams as a consumer group,
 XADD each event to its lane's signal stream, XACK, nothing else), and a subscriber that
 tails every lane's signal stream and computes receive time minus send time. Each rate
@@ -43,6 +43,7 @@ import anyio
 import msgspec
 
 from bench.cpu import process_cpu_s, server_cpu_s
+from bench.resp import RawConnection, pack, pack_args
 from signals.core.codec import FIELD
 from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
@@ -52,7 +53,7 @@ from workers.embedded import RedisServer
 LANES = 200
 WARMUP_S = 0.5  # not measured: connections opening, first script loads, caches filling
 TICK_S = 0.001  # a writer's pacing step: what has fallen due is sent in one pipeline
-PER_WRITER = 4_000  # writes/s per writer process (pipelined; the rest of the host is the consumer's)
+PER_WRITER = 10_000  # writes/s per writer process (raw RESP, see _writer; the rest of the host is the consumer's)
 REACHED = 0.97  # the share of scheduled writes that must be sent within the window
 TARGET_RATIO = 1.5
 QUIET_S = 2.0  # after the writers' window: no new signal for this long ends the subscriber
@@ -69,24 +70,30 @@ async def _writer(url: str, namespace: str, rate: float, seconds: float, offset:
     """Paced, pipelined writes to lanes offset, offset+stride, ... (each lane owned by one
     writer, so the versions are known here and no write conflicts).
 
-    Each tick sends every write that has fallen due, as write-script calls in one pipeline
-    (the store's own script, keys and arguments), as plain EVALSHA of the script loaded
-    once: queued as a redis-py script, every pipeline would first ask SCRIPT EXISTS, a round
-    trip per tick and about 15% of the generator's CPU (py-spy), which it takes from the
-    consumer measured on the same two cores. Returns the start lag of each write (ms after
-    its scheduled time) and how many were sent within the measured window."""
+    Each tick sends every write that has fallen due, as write-script calls in one batch:
+    the store's own script, keys and arguments (:meth:`WorkingMemoryStore._script_args`
+    builds the write event, as for any write), as EVALSHA of the script loaded once, packed
+    into RESP and sent on a raw connection (:mod:`bench.resp`): through a redis-py pipeline
+    each call cost the generator about 80 us of CPU, which it took from the consumer
+    measured on the same two cores. Returns the start lag of each write (ms after its
+    scheduled time), how many were sent within the measured window, and the generator's
+    CPU seconds."""
     from signals.streams.store import WorkingMemoryStore  # noqa: PLC0415
 
     store = WorkingMemoryStore.from_url(url, keys=Keys(namespace, 16))
     await store._check_namespace()
     lanes = list(range(offset, LANES, stride))
     refs = [store.ref(f"user{lane}") for lane in lanes]
-    script_keys = [store._script_keys(ref, "", None) for ref in refs]
     sha = await store.redis.script_load(store._write.script)
+    n_args = len(store._script_args(refs[0], 0, "", op="replace", owner="", idempotency_key=None))
+    heads = [pack([b"EVALSHA", sha, 5, *store._script_keys(ref, "", None)], more=n_args) for ref in refs]
+    await store.aclose()
+    conn = await RawConnection.open(url)
     versions = [0] * len(lanes)
     lags: list[float] = []
     sent_in_window = 0
     failed = 0
+    cpu_started = time.process_time()
     start = time.monotonic()
     end = start + WARMUP_S + seconds
     n = 0
@@ -96,24 +103,24 @@ async def _writer(url: str, namespace: str, rate: float, seconds: float, offset:
             await anyio.sleep(max(TICK_S, (n + 1) / rate - (now - start)))
             continue
         batch = range(n, due)
-        async with store.redis.pipeline(transaction=False) as pipe:
-            for k in batch:
-                i = k % len(lanes)
-                data = f"# Profile\n{BODY}\n- sent: {time.time_ns()}"
-                args = store._script_args(refs[i], versions[i], data, op="replace", owner="",
-                                          idempotency_key=None)
-                pipe.evalsha(sha, len(script_keys[i]), *script_keys[i], *args)
-                versions[i] += 1
-            sent = time.monotonic()
-            replies = await pipe.execute(raise_on_error=False)
-        failed += sum(1 for r in replies if not (isinstance(r, list) and r and r[0] == "ok"))
+        calls = []
+        for k in batch:
+            i = k % len(lanes)
+            data = f"# Profile\n{BODY}\n- sent: {time.time_ns()}"
+            args = store._script_args(refs[i], versions[i], data, op="replace", owner="", idempotency_key=None)
+            calls.append(heads[i] + pack_args(args))
+            versions[i] += 1
+        sent = time.monotonic()
+        replies = await conn.call(b"".join(calls), len(calls))
+        failed += sum(1 for r in replies if not (isinstance(r, list) and r and r[0] == b"ok"))
         for k in batch:
             if k / rate >= WARMUP_S:
                 lags.append((sent - (start + k / rate)) * 1e3)
                 sent_in_window += 1
         n = due
-    await store.aclose()
-    return {"lags": [round(lag, 3) for lag in lags], "sent": sent_in_window, "failed": failed}
+    cpu = time.process_time() - cpu_started
+    await conn.aclose()
+    return {"lags": [round(lag, 3) for lag in lags], "sent": sent_in_window, "failed": failed, "cpu": cpu}
 
 
 async def _minimal(url: str, namespace: str, stop_after_s: float) -> None:
@@ -145,31 +152,41 @@ async def _subscribe(url: str, keys: Keys, expected: int, limit_s: float, second
     It stands in for one agent loop per lane. Its cost is the observer's: Redis scans every
     listed stream on each call (measured: about 120 us per call over 200 streams at
     10,000/s); splitting the lanes over several blocking readers measured no better. The
-    send stamp is the largest in the entry (a delta also carries the previous one).
+    replies are parsed by hiredis into plain lists (:mod:`bench.resp`), without redis-py's
+    per-entry dictionaries, so that the observer takes as little as it can of the host it
+    shares with what it measures. The send stamp is the largest in the entry (a delta also
+    carries the previous one).
     """
     redis = connect(url, decode_responses=False)
-    cursors = {}
+    streams: list[bytes] = []
+    cursors: dict[bytes, bytes] = {}
     for i in range(LANES):  # start from the current end of every stream
-        stream = keys.signals(f"r:user{i}")
+        stream = keys.signals(f"r:user{i}").encode()
         last = await redis.xrevrange(stream, count=1)
+        streams.append(stream)
         cursors[stream] = last[0][0] if last else b"0-0"
+    await redis.aclose()
+    conn = await RawConnection.open(url)
+    field = FIELD.encode()
     received: list[tuple[int, int]] = []  # (sent, received) in ns
     started = time.monotonic()
     deadline, last = started + limit_s, started
     while len(received) < expected and time.monotonic() < deadline:
-        reply = await redis.xread(cursors, count=1000, block=200)
+        [reply] = await conn.call(pack([b"XREAD", b"COUNT", 1000, b"BLOCK", 200, b"STREAMS", *streams,
+                                        *(cursors[s] for s in streams)]), 1)
         now = time.time_ns()
         if reply:
             last = time.monotonic()
         elif last - started > WARMUP_S + seconds and time.monotonic() - last > QUIET_S:
             break  # the writers are done and nothing came for a while: what is missing was not sent
-        for stream, entries in reply or []:
+        for stream, entries in reply or []:  # type: ignore[union-attr]
             for entry_id, fields in entries:
-                cursors[stream.decode()] = entry_id
-                stamps = _STAMP.findall(fields[FIELD.encode()])
+                cursors[stream] = entry_id
+                payload = fields[fields.index(field) + 1] if field in fields else b""
+                stamps = _STAMP.findall(payload)
                 if stamps:
                     received.append((max(int(s) for s in stamps), now))
-    await redis.aclose()
+    await conn.aclose()
     if not received:
         return [], 0.0
     measured_from = min(sent for sent, _ in received) + int(WARMUP_S * 1e9)
@@ -206,8 +223,10 @@ def _measure(mode: str, rate: int, seconds: float) -> dict[str, Any]:
                                      keys.namespace, str(rate / procs), str(seconds), str(k), str(procs),
                                      str(outputs[k])])
                    for k in range(procs)]
+        observer_cpu = time.process_time()
         latencies, span = runtime.run(_subscribe, server.url, keys, int(rate * (WARMUP_S + seconds)),
                                       WARMUP_S + seconds + 30, seconds)
+        observer_cpu = time.process_time() - observer_cpu
         for writer in writers:
             writer.wait(120)
         results = [json.loads(path.read_text()) for path in outputs]
@@ -222,7 +241,8 @@ def _measure(mode: str, rate: int, seconds: float) -> dict[str, Any]:
             "failed": sum(r["failed"] for r in results), "writers": procs,
             "p50": _percentile(latencies, 0.5), "p99": _percentile(latencies, 0.99),
             "max": max(latencies, default=math.nan), "lag_p99": _percentile(lags, 0.99),
-            "consumer_cpu": consumer_cpu, "redis_cpu": redis_cpu}
+            "consumer_cpu": consumer_cpu, "redis_cpu": redis_cpu,
+            "load_cpu": sum(r["cpu"] for r in results) + observer_cpu}
 
 
 async def _redis_cpu(url: str) -> float:
@@ -260,12 +280,14 @@ def run(rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 5.0, rounds: 
                      "floor_reached": floor_reached, "floor_sent_rate": floor["sent_rate"],
                      "floor_p50": floor["p50"], "floor_p99": floor["p99"], "ratio": ratio,
                      "floor_consumer_cpu": floor["consumer_cpu"], "floor_redis_cpu": floor["redis_cpu"],
+                     "floor_load_cpu": floor["load_cpu"],
                      "round_ratios": [round(r, 2) for r in ratios],
                      "target_holds": reached and ratio <= TARGET_RATIO})
     return rows
 
 
-_FIGURES = ("sent_rate", "received", "achieved", "p50", "p99", "max", "lag_p99", "consumer_cpu", "redis_cpu")
+_FIGURES = ("sent_rate", "received", "achieved", "p50", "p99", "max", "lag_p99", "consumer_cpu", "redis_cpu",
+            "load_cpu")
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
@@ -273,8 +295,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     of a run whose generator missed its rate."""
     out = ["| target rate/s | sent/s (worker run, floor run) | signals | p50 ms | p99 ms | max ms | floor p99 ms "
            "(minimal loop) | p99 / floor (rounds) | target <= 1.5x | writer start lag p99 ms "
-           "| CPU s consumer + Redis (worker run; floor run) |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+           "| CPU s consumer + Redis (worker run; floor run) | CPU s generator + subscriber (worker run; floor run) |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|"]
     for r in rows:
         sent = f"{r['sent_rate']:,.0f}, {r['floor_sent_rate']:,.0f}"
         ours = (f"{r['p50']:.2f} | {r['p99']:.2f} | {r['max']:.2f}" if r["worker_reached"]
@@ -285,8 +307,9 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         verdict = ("holds" if r["target_holds"] else "misses") if r["reached"] else "not measured"
         cpu = (f"{r['consumer_cpu']:.2f} + {r['redis_cpu']:.2f}; "
                f"{r['floor_consumer_cpu']:.2f} + {r['floor_redis_cpu']:.2f}")
+        load = f"{r['load_cpu']:.2f}; {r['floor_load_cpu']:.2f}"
         out.append(f"| {r['rate']:,} | {sent} | {r['received']:,} | {ours} | {floor} | {ratio} | {verdict} | "
-                   f"{r['lag_p99']:.2f} | {cpu} |")
+                   f"{r['lag_p99']:.2f} | {cpu} | {load} |")
     return out
 
 

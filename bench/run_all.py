@@ -125,11 +125,14 @@ def main() -> None:
     out()
     out("Target: wm-signals p99 <= 1.5x the p99 of the minimal XREADGROUP -> XADD -> XACK loop under the same "
         "load in the same run (the practical floor on this host), at 2,000/s and 10,000/s. Latency runs from "
-        "the write call to the subscriber's receipt; the generator is pipelined (one process per 4,000/s), and "
-        "a run whose generator sent under 97% of its rate reads \"not reached\". The last column is how late "
-        "the (open-loop) generator started its writes, shown rather than folded in, and the CPU columns what the "
-        "consumer process and Redis spent in each run (start-up included; medians), the writers and the "
-        "subscriber sharing the same two cores. Each rate runs through both consumers "
+        "the write call to the subscriber's receipt; the generator is pipelined (one process per 10,000/s: the "
+        "store's own write script, keys and arguments, packed into RESP on a raw connection, so that the load "
+        "it puts on the host's two cores is Redis's and not a client library's), and "
+        "a run whose generator sent under 97% of its rate reads \"not reached\". The writer start lag column "
+        "is how late the (open-loop) generator started its writes, shown rather than folded in; the CPU columns "
+        "are what the consumer process and Redis spent in each run (start-up included; medians), and what the "
+        "generator and the subscriber (the observer) spent beside them on the same two cores. Each rate runs "
+        "through both consumers "
         f"{'once' if q else f'{bench_latency.ROUNDS} times'}, back to back on fresh servers: the figures are "
         "medians over the rounds, and the ratio is the median of the rounds' ratios (listed beside it).")
     out()
