@@ -71,7 +71,7 @@ async def _writer(url: str, namespace: str, rate: float, seconds: float, offset:
     writer, so the versions are known here and no write conflicts).
 
     Each tick sends every write that has fallen due, as write-script calls in one batch:
-    the store's own script, keys and arguments (:meth:`WorkingMemoryStore._script_args`
+    the store's own script, keys and arguments (:meth:`WriteScript.args <signals.streams.write_script.WriteScript.args>`
     builds the write event, as for any write), as EVALSHA of the script loaded once, packed
     into RESP and sent on a raw connection (:mod:`bench.resp`): through a redis-py pipeline
     each call cost the generator about 80 us of CPU, which it took from the consumer
@@ -84,9 +84,9 @@ async def _writer(url: str, namespace: str, rate: float, seconds: float, offset:
     await store._check_namespace()
     lanes = list(range(offset, LANES, stride))
     refs = [store.ref(f"user{lane}") for lane in lanes]
-    sha = await store.redis.script_load(store._write.script)
-    n_args = len(store._script_args(refs[0], 0, "", op="replace", owner="", idempotency_key=None))
-    heads = [pack([b"EVALSHA", sha, 5, *store._script_keys(ref, "", None)], more=n_args) for ref in refs]
+    sha = await store.redis.script_load(store.write_script.script.script)
+    n_args = len(store.write_script.args(refs[0], 0, "", op="replace", owner="", idempotency_key=None))
+    heads = [pack([b"EVALSHA", sha, 5, *store.write_script.keys_for(ref, "", None)], more=n_args) for ref in refs]
     await store.aclose()
     conn = await RawConnection.open(url)
     versions = [0] * len(lanes)
@@ -107,7 +107,7 @@ async def _writer(url: str, namespace: str, rate: float, seconds: float, offset:
         for k in batch:
             i = k % len(lanes)
             data = f"# Profile\n{BODY}\n- sent: {time.time_ns()}"
-            args = store._script_args(refs[i], versions[i], data, op="replace", owner="", idempotency_key=None)
+            args = store.write_script.args(refs[i], versions[i], data, op="replace", owner="", idempotency_key=None)
             calls.append(heads[i] + pack_args(args))
             versions[i] += 1
         sent = time.monotonic()

@@ -126,9 +126,9 @@ async def _write_all(url: str, keys: Keys, users: int, seed: int, part: int = 0,
         async with md.redis.pipeline(transaction=False) as pipe:
             for store, ref, owner, op, data in calls[start:start + PIPELINE]:
                 version = versions.get(ref.lane, 0)
-                args = store._script_args(ref, version, data, op=op, owner=owner,
+                args = store.write_script.args(ref, version, data, op=op, owner=owner,
                                           idempotency_key=None)
-                await queue_script(pipe, store._write, store._script_keys(ref, owner, None), args)
+                await queue_script(pipe, store.write_script.script, store.write_script.keys_for(ref, owner, None), args)
                 versions[ref.lane] = version + 1
             replies = await pipe.execute()
         refused = [r for r in replies if not (isinstance(r, list) and r and r[0] == "ok")]

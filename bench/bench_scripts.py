@@ -59,13 +59,13 @@ async def _measure(url: str, lanes: int, rounds: int, batch: int) -> dict[str, f
     await consumer.ensure_groups()
     refs = [store.ref(f"user{i}") for i in range(lanes)]
     versions = [0] * lanes
-    sha = await redis.script_load(store._write.script)
+    sha = await redis.script_load(store.write_script.script.script)
 
     async def write_round(k: int) -> None:
         async with redis.pipeline(transaction=False) as pipe:
             for i, ref in enumerate(refs):
-                script_keys = store._script_keys(ref, "", None)
-                args = store._script_args(ref, versions[i], f"# Profile\n{BODY}\n- round: {k}",
+                script_keys = store.write_script.keys_for(ref, "", None)
+                args = store.write_script.args(ref, versions[i], f"# Profile\n{BODY}\n- round: {k}",
                                           op="replace", owner="", idempotency_key=None)
                 pipe.evalsha(sha, len(script_keys), *script_keys, *args)
                 versions[i] += 1

@@ -33,10 +33,10 @@ from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 
-from signals.errors import InvalidInputError, RedisBusyError
+from signals.errors import DurabilityError, InvalidInputError, RedisBusyError, RedisUnavailableError
 from signals.streams.client import Client
 
-__all__ = ("Durability", "confirm_key", "write_and_wait")
+__all__ = ("Durability", "confirm_key", "require_replicas", "write_and_wait")
 
 #: How often a durable write is sent again after a NOSCRIPT (one server) or a slot
 #: redirection (cluster) before the error is raised.
@@ -103,6 +103,27 @@ async def confirm_key(redis: Client, key: str, value: str, durability: Durabilit
         if not isinstance(reply, redis_exc.MovedError):
             return reply if isinstance(reply, Exception) else acked
     raise RedisBusyError(f"the slot of {key} kept moving ({reply}): the cluster is reconfiguring")
+
+
+async def require_replicas(redis: Client, durability: Durability, lane: str, version: int, acked: object, *,
+                           key: str | None = None, stored: str = "") -> None:
+    """Raise :class:`~signals.errors.DurabilityError` unless ``acked`` (a ``WAIT`` reply)
+    covers ``durability`` for ``lane`` at ``version``. A retry answered by its idempotency
+    key (``acked`` None, the key given) first confirms the key with :func:`confirm_key`
+    (rewritten with ``stored``, its value as the write script found it)."""
+    if acked is None and key is not None:
+        try:
+            acked = await confirm_key(redis, key, stored, durability)
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"confirming {lane} version {version}: {e}") from e
+    count = acked if isinstance(acked, int) and not isinstance(acked, bool) else None
+    if count is not None and count >= durability.replicas:
+        return
+    why = (f"only {count} of {durability.replicas} replica(s) acknowledged it within {durability.timeout_ms} ms"
+           if count is not None else f"waiting for its replicas failed ({acked})")
+    raise DurabilityError(f"{lane} version {version} is stored on the master but not yet replicated: {why}; "
+                          "it may be lost on a failover (retrying with the same idempotency key is safe)",
+                          lane=lane, version=version, acked=count, required=durability.replicas)
 
 
 async def _cluster_pair(redis: RedisCluster, key: str, command: tuple[Any, ...],

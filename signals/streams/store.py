@@ -17,6 +17,12 @@ A thread belongs to one resource forever: the first write or :meth:`create_threa
 records the owner; a write naming another resource is refused. For thread scope the
 check is inside the write script; for resource scope it is a separate step, safe because
 the owner never changes once set.
+
+What the store builds on: the write script's calls and the meaning of their refusals
+(:mod:`signals.streams.write_script`), thread owners (:mod:`signals.streams.threads`),
+replica acknowledgements (:mod:`signals.streams.durability`) and request fingerprints
+(:mod:`signals.streams.idempotency`); this module decides what to write, and when to
+retry or answer a retry.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import anyio
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
-from signals.core.codec import encode_json, invalid_utf8_at
+from signals.core.codec import invalid_utf8_at
 from signals.core.lane import parse_version
 from signals.core.lru import LRU
 from signals.core.memory import (
@@ -40,39 +46,28 @@ from signals.core.memory import (
     check_size,
     template_text,
 )
-from signals.core.models import Format, Scope, WriteEvent
+from signals.core.models import Format, Scope
 from signals.errors import (
     ConflictError,
     CorruptDataError,
-    DurabilityError,
     IdempotencyKeyReusedError,
     InvalidInputError,
     ReadOnlyError,
-    RedisBusyError,
     RedisUnavailableError,
-    ThreadOwnerError,
     WmSignalsError,
 )
 from signals.streams.backoff import full_jitter
-from signals.streams.client import Client, connect, lua, now_iso
-from signals.streams.durability import Durability, confirm_key, write_and_wait
+from signals.streams.client import Client, connect
+from signals.streams.durability import Durability, require_replicas
 from signals.streams.idempotency import canonical_merge, parse_stored, request_fingerprint
 from signals.streams.keys import Keys, lane_id, validate_id
 from signals.streams.namespace import NamespaceCheck
+from signals.streams.threads import ThreadOwners
+from signals.streams.write_script import LaneRef, WriteScript
 
 __all__ = ("Document", "LaneRef", "WorkingMemoryStore")
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LaneRef:
-    """Which document a call is about."""
-
-    lane: str
-    scope: Scope
-    resource_id: str | None
-    thread_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +118,14 @@ class WorkingMemoryStore:
         self.read_only = read_only
         self.idempotency_ttl_s = idempotency_ttl_s
         self.max_attempts = max_attempts
-        self._write = redis.register_script(lua("write"))
-        self._known: LRU[str, Document] = LRU(cache_size)  # this client's own reads and writes
-        self._owners: LRU[str, str] = LRU(cache_size)  # threads whose owner check passed, and the owner
-        self._thread = redis.register_script(lua("thread"))
-        self._namespace = NamespaceCheck(redis, self.keys)
         self.durability = durability
+        #: the write script's calls (keys, arguments, refusals), for bulk loaders too
+        self.write_script = WriteScript(redis, self.keys, self.config, idempotency_ttl_s=idempotency_ttl_s,
+                                        durability=durability)
+        #: thread owners: read, checked and claimed (remembered once a check passed)
+        self.threads = ThreadOwners(redis, self.keys, cache_size)
+        self._known: LRU[str, Document] = LRU(cache_size)  # this client's own reads and writes
+        self._namespace = NamespaceCheck(redis, self.keys)
 
     @property
     def cache_size(self) -> int:
@@ -214,37 +211,20 @@ class WorkingMemoryStore:
         return doc
 
     async def thread_owner(self, thread_id: str) -> str | None:
-        """The resource that owns a thread, or ``None`` when the thread does not exist.
-
-        Raises:
-            CorruptDataError: the owner record holds something that is not a resource id.
-        """
-        key = self.keys.thread(validate_id(thread_id, "thread id"))
-        owner = cast(str | None, await self.redis.hget(key, "resource"))
-        return None if owner is None else _owner_record(key, owner)
+        """The resource that owns a thread, or ``None`` when the thread does not exist
+        (see :meth:`ThreadOwners.owner <signals.streams.threads.ThreadOwners.owner>`)."""
+        return await self.threads.owner(thread_id)
 
     async def check_owner(self, thread_id: str, resource_id: str) -> None:
-        """Refuse ``resource_id`` on a thread another resource owns (a thread with no owner
-        yet passes: its first write claims it). A match is remembered: an owner never changes.
+        """Refuse ``resource_id`` on a thread another resource owns (see
+        :meth:`ThreadOwners.check <signals.streams.threads.ThreadOwners.check>`).
 
         Raises:
             ThreadOwnerError: the thread belongs to another resource.
             CorruptDataError: its owner record is not a resource id.
             RedisUnavailableError: Redis could not be reached.
         """
-        if self._owners.get(thread_id) == resource_id:
-            return
-        try:
-            owner = await self.thread_owner(thread_id)
-        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-            raise RedisUnavailableError(f"reading the owner of thread {thread_id!r}: {e}") from e
-        except redis_exc.ResponseError as e:  # WRONGTYPE: the key is not a thread record
-            raise CorruptDataError(f"{self.keys.thread(thread_id)}: {e}") from e
-        if owner is None:
-            return
-        if owner != resource_id:
-            raise ThreadOwnerError(f"thread {thread_id!r} belongs to resource {owner!r}, not {resource_id!r}")
-        self._owners.put(thread_id, owner)
+        await self.threads.check(thread_id, resource_id)
 
     async def create_thread(
         self,
@@ -262,31 +242,12 @@ class WorkingMemoryStore:
             ThreadOwnerError: the thread exists and belongs to another resource.
         """
         self._check_writable()
-        await self._ensure_owner(validate_id(thread_id, "thread id"), validate_id(resource_id, "resource id"))
+        await self.threads.claim(validate_id(thread_id, "thread id"), validate_id(resource_id, "resource id"))
         if initial is None:
             return None
         if isinstance(initial, dict) or self.config.format == "json":
             return await self.merge(resource_id, initial, thread_id=thread_id, op="create")
         return await self.replace(resource_id, initial, thread_id=thread_id, op="create")
-
-    async def _ensure_owner(self, thread_id: str, resource_id: str) -> None:
-        """Record ``resource_id`` as the thread's owner, or refuse another resource.
-
-        Raises:
-            ThreadOwnerError: another resource owns the thread.
-            CorruptDataError: the thread record is not a hash, or its owner not a resource id.
-        """
-        key = self.keys.thread(thread_id)
-        try:
-            status, owner = await self._thread(keys=[key], args=[resource_id, now_iso()])
-        except redis_exc.ResponseError as e:
-            if "WRONGTYPE" not in str(e):
-                raise
-            raise CorruptDataError(f"{key} is not a thread record (a hash): the owner cannot be read") from e
-        if status == "owner":
-            raise ThreadOwnerError(
-                f"thread {thread_id!r} belongs to resource {_owner_record(key, owner)!r}, not {resource_id!r}"
-            )
 
     async def replace(
         self,
@@ -364,7 +325,7 @@ class WorkingMemoryStore:
             return LaneRef(ref.lane, ref.scope, existing, ref.thread_id), ""
         if ref.scope == "thread":
             return ref, ref.resource_id
-        await self._ensure_owner(ref.thread_id, ref.resource_id)
+        await self.threads.claim(ref.thread_id, ref.resource_id)
         return ref, ""
 
     def _check_current(self, ref: LaneRef, current: Document | None, if_version: int | None) -> int:
@@ -377,79 +338,13 @@ class WorkingMemoryStore:
             raise InvalidInputError(f"{ref.lane} holds {current.format} working memory, not {self.config.format}")
         return version
 
-    def _script_keys(self, ref: LaneRef, owner: str, idempotency_key: str | None) -> list[str]:
-        """The write script's KEYS: all in the lane's slot (unused slots repeat the doc key)."""
-        keys = self.keys
-        doc_key = keys.doc(ref.lane)
-        partition = keys.partition(ref.lane)
-        return [
-            doc_key,
-            keys.writes(partition),
-            keys.idempotency(ref.lane, idempotency_key) if idempotency_key else doc_key,
-            keys.thread(ref.thread_id) if owner and ref.thread_id else doc_key,
-            keys.lanes(partition),
-        ]
-
-    def _script_args(self, ref: LaneRef, version: int, data: str, *, op: Literal["replace", "merge", "create"],
-                     owner: str, idempotency_key: str | None, fingerprint: str = "") -> list[str | int]:
-        """The write script's ARGV, with the write event it appends (``fingerprint``: the
-        request's, stored with the idempotency key; see :meth:`_fingerprint`)."""
-        now = now_iso()
-        event = WriteEvent(lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
-                           data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,
-                           written_at=now, idempotency_key=idempotency_key)
-        return [version, version + 1, data, self.config.format, encode_json(event), owner,
-                self.idempotency_ttl_s, ref.lane, now, ref.scope, fingerprint]
-
-    async def _run_write(self, ref: LaneRef, script_keys: list[str],
-                         args: list[str | int]) -> tuple[str, str, object]:
-        """Run the write script (then ``WAIT``, with a durability setting); Redis errors
-        become this library's. Returns the script's status and detail, and the ``WAIT``
-        reply (``None`` without durability)."""
-        acked: object = None
-        try:
-            if self.durability is None:
-                status, detail = await self._write(keys=script_keys, args=args)
-            else:
-                reply, acked = await write_and_wait(self.redis, self._write, script_keys, args, self.durability)
-                if isinstance(reply, Exception):
-                    raise reply
-                status, detail = reply  # type: ignore[misc]
-        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-            raise RedisUnavailableError(f"writing {ref.lane}: {e}") from e
-        except redis_exc.OutOfMemoryError as e:
-            raise RedisBusyError(f"writing {ref.lane}: Redis is out of memory: {e}") from e
-        except RedisBusyError:  # READONLY from a replica (this library's class already)
-            raise
-        except (redis_exc.ReadOnlyError, redis_exc.ClusterDownError, redis_exc.TryAgainError) as e:
-            # a failover under way: a demoted master, a cluster failing a node over
-            raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
-        except redis_exc.ResponseError as e:
-            raise _refused_write(ref.lane, script_keys[1], e) from e
-        return str(status), str(detail), acked
-
     async def _check_replicated(self, ref: LaneRef, version: int, acked: object,
                                 idempotency_key: str | None = None, stored: str = "") -> None:
-        """Raise :class:`DurabilityError` unless ``acked`` (a ``WAIT`` reply) covers the
-        durability setting; for a ``dup`` (``acked`` None), confirm the idempotency key first
-        (rewritten with ``stored``, its value as the write script found it)."""
-        durability = self.durability
-        if durability is None:
-            return
-        if acked is None and idempotency_key is not None:
-            try:
-                acked = await confirm_key(self.redis, self.keys.idempotency(ref.lane, idempotency_key), stored,
-                                          durability)
-            except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-                raise RedisUnavailableError(f"confirming {ref.lane} version {version}: {e}") from e
-        count = acked if isinstance(acked, int) and not isinstance(acked, bool) else None
-        if count is not None and count >= durability.replicas:
-            return
-        why = (f"only {count} of {durability.replicas} replica(s) acknowledged it within {durability.timeout_ms} ms"
-               if count is not None else f"waiting for its replicas failed ({acked})")
-        raise DurabilityError(f"{ref.lane} version {version} is stored on the master but not yet replicated: {why}; "
-                              "it may be lost on a failover (retrying with the same idempotency key is safe)",
-                              lane=ref.lane, version=version, acked=count, required=durability.replicas)
+        """Under a durability setting, :func:`~signals.streams.durability.require_replicas`
+        for this write (a ``dup``, ``acked`` None, confirms its idempotency key first)."""
+        if self.durability is not None:
+            key = self.keys.idempotency(ref.lane, idempotency_key) if idempotency_key is not None else None
+            await require_replicas(self.redis, self.durability, ref.lane, version, acked, key=key, stored=stored)
 
     def _fingerprint(self, idempotency_key: str | None, op: str, request: Callable[[], str]) -> str:
         """The request's fingerprint for its idempotency key (checked), ``""`` without one."""
@@ -508,8 +403,8 @@ class WorkingMemoryStore:
             return False
         except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
             raise RedisUnavailableError(f"reading the owner of thread {ref.thread_id!r}: {e}") from e
-        if recorded is not None and recorded != owner and (refusal := self._refusal(ref, "owner", recorded, None)):
-            raise refusal  # the script's own refusal of another resource's write
+        if recorded is not None and recorded != owner:  # the script's own refusal of another resource's write
+            raise cast(WmSignalsError, self.write_script.refusal(ref, "owner", recorded, None))
         return True
 
     async def _answer_retry(self, ref: LaneRef, idempotency_key: str | None, stored: str, fingerprint: str) -> int:
@@ -523,22 +418,6 @@ class WorkingMemoryStore:
                 version=done)
         await self._check_replicated(ref, done, None, idempotency_key, stored)
         return done
-
-    def _refusal(self, ref: LaneRef, status: str, detail: str, if_version: int | None) -> WmSignalsError | None:
-        """The error for a refused write script call (``None`` for a retryable conflict)."""
-        if status == "corrupt":
-            return CorruptDataError(f"{self.keys.doc(ref.lane)} field version is {detail[:40]!r}, not an integer")
-        if status == "type":  # refused before anything was written
-            return CorruptDataError(f"{detail} is a key of another type: nothing was written (an operator must "
-                                    "delete or repair it)")
-        if status == "owner":
-            return ThreadOwnerError(f"thread {ref.thread_id!r} belongs to resource {detail!r}, not {ref.resource_id!r}")
-        if status == "format":
-            return InvalidInputError(f"{ref.lane} holds {detail} working memory, not {self.config.format}")
-        if if_version is not None:
-            return ConflictError(f"{ref.lane} is at version {detail}, expected {if_version}",
-                                 expected=if_version, actual=int(detail))
-        return None
 
     async def _commit(
         self,
@@ -556,7 +435,7 @@ class WorkingMemoryStore:
         fingerprint = self._fingerprint(idempotency_key, op, request)
         await self._check_namespace()
         ref, owner = await self._resolve_owner(ref)
-        script_keys = self._script_keys(ref, owner, idempotency_key)
+        script_keys = self.write_script.keys_for(ref, owner, idempotency_key)
         # a retry is answered before the lane's version or text is looked at
         if (done := await self._retried(ref, owner, idempotency_key, fingerprint)) is not None:
             return done
@@ -568,9 +447,9 @@ class WorkingMemoryStore:
                 if (done := await self._retried(ref, owner, idempotency_key, fingerprint)) is not None:
                     return done
                 raise
-            args = self._script_args(ref, version, data, op=op, owner=owner, idempotency_key=idempotency_key,
-                                     fingerprint=fingerprint)
-            status, detail, acked = await self._run_write(ref, script_keys, args)
+            args = self.write_script.args(ref, version, data, op=op, owner=owner, idempotency_key=idempotency_key,
+                                          fingerprint=fingerprint)
+            status, detail, acked = await self.write_script.run(ref, script_keys, args)
             if status == "ok":
                 log.debug("wm.written", lane=ref.lane, version=version + 1, op=op)
                 self._known.put(ref.lane, Document(ref.lane, data, version + 1, self.config.format))
@@ -579,7 +458,7 @@ class WorkingMemoryStore:
             if status == "dup":  # the key's value as stored: this is its retry, or another request
                 return await self._answer_retry(ref, idempotency_key, detail, fingerprint)
             self._known.discard(ref.lane)
-            refusal = self._refusal(ref, status, detail, if_version)
+            refusal = self.write_script.refusal(ref, status, detail, if_version)
             if refusal is not None:
                 raise refusal
             if attempt:  # the first retry re-reads at once; later ones back off (contention)
@@ -587,30 +466,3 @@ class WorkingMemoryStore:
             current = await self._read(ref.lane)
         raise WmSignalsError(f"{ref.lane}: gave up after {self.max_attempts} conflicting writes")
 
-
-def _owner_record(key: str, owner: str) -> str:
-    """A thread record's owner as read from ``key``, refused unless it is a resource id."""
-    try:
-        return validate_id(owner, "resource id")
-    except InvalidInputError as e:
-        raise CorruptDataError(f"{key} field resource is not a resource id: {e}") from e
-
-
-#: How Redis words a script's command that the caller's ACL refuses (a plain error reply
-#: from inside a script, not NOPERM).
-_ACL_REFUSALS = ("NOPERM", "can't run this command", "can't access at least one of the keys", "No permissions")
-
-
-def _refused_write(lane: str, writes: str, e: redis_exc.ResponseError) -> Exception:
-    """This library's error for a write script call Redis answered with ``e``."""
-    text = str(e)
-    if isinstance(e, redis_exc.NoPermissionError) or any(words in text for words in _ACL_REFUSALS):
-        # the deployment's ACL, not the lane's data: as any other command's NOPERM (exit 1)
-        return redis_exc.NoPermissionError(f"writing {lane}: the Redis user may not: {text}")
-    if text.startswith(("NOREPLICAS", "MASTERDOWN")):  # min-replicas-to-write, a replica cut off
-        return RedisBusyError(f"writing {lane}: Redis refused the write for now: {e}")
-    if "exhausted the last possible ID" in text:  # see workers.maintenance: restarted by a worker
-        return RedisBusyError(
-            f"writing {lane}: the write stream {writes} has run out of stream ids (an entry with the largest id "
-            "was added by hand); a running worker restarts it within its maintenance interval: retry then")
-    return CorruptDataError(f"writing {lane}: {e}")  # WRONGTYPE and the like: a key of the lane is not ours

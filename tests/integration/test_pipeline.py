@@ -371,9 +371,9 @@ async def test_a_batch_committed_in_chunks_signals_every_version_once(
                 lane = f"u{n % 200}"
                 ref = store.ref(lane)
                 version = turn * 15 + n // 200
-                args = store._script_args(ref, version, f"# U\n- fact {version}", op="replace", owner="",
+                args = store.write_script.args(ref, version, f"# U\n- fact {version}", op="replace", owner="",
                                           idempotency_key=None)
-                await queue_script(pipe, store._write, store._script_keys(ref, "", None), args)
+                await queue_script(pipe, store.write_script.script, store.write_script.keys_for(ref, "", None), args)
             assert all(r[0] == "ok" for r in await pipe.execute())
         async with running_workers(redis_server.url, keys, 1, batch=10_000, retain_signals=100):
             await wait_caught_up(redis, keys)

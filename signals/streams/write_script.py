@@ -1,0 +1,157 @@
+"""The write script's calls (``lua/write.lua``): which keys and arguments a write takes,
+and what its replies and Redis's errors mean.
+
+One call is the whole write: a compare-and-set on the lane's version that stores the
+document and appends its write event to the partition's write stream, atomically on the
+lane's slot (see the script's header). :class:`WriteScript` builds a call's keys and
+arguments (the write event included), runs it, and translates its refusals and Redis's
+errors into this library's; the store (:mod:`signals.streams.store`) decides what to
+write and when to retry. Bulk loaders and benchmarks queue the same calls in pipelines
+(:meth:`WriteScript.keys_for`, :meth:`WriteScript.args`, :attr:`WriteScript.script`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from redis import exceptions as redis_exc
+
+from signals.core.codec import encode_json
+from signals.core.memory import WorkingMemoryConfig
+from signals.core.models import Scope, WriteEvent
+from signals.errors import (
+    ConflictError,
+    CorruptDataError,
+    InvalidInputError,
+    RedisBusyError,
+    RedisUnavailableError,
+    ThreadOwnerError,
+    WmSignalsError,
+)
+from signals.streams.client import Client, lua, now_iso
+from signals.streams.durability import Durability, write_and_wait
+from signals.streams.keys import Keys
+
+__all__ = ("LaneRef", "WriteScript")
+
+Operation = Literal["replace", "merge", "create"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRef:
+    """Which document a call is about."""
+
+    lane: str
+    scope: Scope
+    resource_id: str | None
+    thread_id: str | None
+
+
+class WriteScript:
+    """The write script of one namespace and working-memory shape.
+
+    Args:
+        redis: a redis.asyncio client.
+        keys: the namespace's keys.
+        config: the working-memory shape (its format is the events' and the check's).
+        idempotency_ttl_s: how long an idempotency key is remembered.
+        durability: run each call with ``WAIT`` for this many replicas (``None``: the
+            master's word; see :mod:`signals.streams.durability`).
+    """
+
+    def __init__(self, redis: Client, keys: Keys, config: WorkingMemoryConfig, *, idempotency_ttl_s: int,
+                 durability: Durability | None) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.config = config
+        self.idempotency_ttl_s = idempotency_ttl_s
+        self.durability = durability
+        self.script = redis.register_script(lua("write"))
+
+    def keys_for(self, ref: LaneRef, owner: str, idempotency_key: str | None) -> list[str]:
+        """The call's KEYS: all in the lane's slot (unused slots repeat the doc key)."""
+        keys = self.keys
+        doc_key = keys.doc(ref.lane)
+        partition = keys.partition(ref.lane)
+        return [
+            doc_key,
+            keys.writes(partition),
+            keys.idempotency(ref.lane, idempotency_key) if idempotency_key else doc_key,
+            keys.thread(ref.thread_id) if owner and ref.thread_id else doc_key,
+            keys.lanes(partition),
+        ]
+
+    def args(self, ref: LaneRef, version: int, data: str, *, op: Operation, owner: str,
+             idempotency_key: str | None, fingerprint: str = "") -> list[str | int]:
+        """The call's ARGV for writing ``data`` over ``version``, with the write event it
+        appends (``owner``: the resource the script checks a thread lane against, ``""``
+        for none; ``fingerprint``: the request's, stored with the idempotency key)."""
+        now = now_iso()
+        event = WriteEvent(lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
+                           data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,
+                           written_at=now, idempotency_key=idempotency_key)
+        return [version, version + 1, data, self.config.format, encode_json(event), owner,
+                self.idempotency_ttl_s, ref.lane, now, ref.scope, fingerprint]
+
+    async def run(self, ref: LaneRef, script_keys: list[str], args: list[str | int]) -> tuple[str, str, object]:
+        """Run one call (then ``WAIT``, with a durability setting); Redis errors become this
+        library's. Returns the script's status and detail, and the ``WAIT`` reply (``None``
+        without durability)."""
+        acked: object = None
+        try:
+            if self.durability is None:
+                status, detail = await self.script(keys=script_keys, args=args)
+            else:
+                reply, acked = await write_and_wait(self.redis, self.script, script_keys, args, self.durability)
+                if isinstance(reply, Exception):
+                    raise reply
+                status, detail = reply  # type: ignore[misc]
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise RedisUnavailableError(f"writing {ref.lane}: {e}") from e
+        except redis_exc.OutOfMemoryError as e:
+            raise RedisBusyError(f"writing {ref.lane}: Redis is out of memory: {e}") from e
+        except RedisBusyError:  # READONLY from a replica (this library's class already)
+            raise
+        except (redis_exc.ReadOnlyError, redis_exc.ClusterDownError, redis_exc.TryAgainError) as e:
+            # a failover under way: a demoted master, a cluster failing a node over
+            raise RedisBusyError(f"writing {ref.lane}: Redis refused the write for now: {e}") from e
+        except redis_exc.ResponseError as e:
+            raise _refused_call(ref.lane, script_keys[1], e) from e
+        return str(status), str(detail), acked
+
+    def refusal(self, ref: LaneRef, status: str, detail: str, if_version: int | None) -> WmSignalsError | None:
+        """The error for a call the script refused (``None`` for a conflict to retry)."""
+        if status == "corrupt":
+            return CorruptDataError(f"{self.keys.doc(ref.lane)} field version is {detail[:40]!r}, not an integer")
+        if status == "type":  # refused before anything was written
+            return CorruptDataError(f"{detail} is a key of another type: nothing was written (an operator must "
+                                    "delete or repair it)")
+        if status == "owner":
+            return ThreadOwnerError(f"thread {ref.thread_id!r} belongs to resource {detail!r}, not {ref.resource_id!r}")
+        if status == "format":
+            return InvalidInputError(f"{ref.lane} holds {detail} working memory, not {self.config.format}")
+        if if_version is not None:
+            return ConflictError(f"{ref.lane} is at version {detail}, expected {if_version}",
+                                 expected=if_version, actual=int(detail))
+        return None
+
+
+#: How Redis words a script's command that the caller's ACL refuses (a plain error reply
+#: from inside a script, not NOPERM).
+_ACL_REFUSALS = ("NOPERM", "can't run this command", "can't access at least one of the keys", "No permissions")
+
+
+def _refused_call(lane: str, writes: str, e: redis_exc.ResponseError) -> Exception:
+    """This library's error for a call Redis answered with ``e``."""
+    text = str(e)
+    if isinstance(e, redis_exc.NoPermissionError) or any(words in text for words in _ACL_REFUSALS):
+        # the deployment's ACL, not the lane's data: as any other command's NOPERM (exit 1)
+        return redis_exc.NoPermissionError(f"writing {lane}: the Redis user may not: {text}")
+    if text.startswith(("NOREPLICAS", "MASTERDOWN")):  # min-replicas-to-write, a replica cut off
+        return RedisBusyError(f"writing {lane}: Redis refused the write for now: {e}")
+    if "exhausted the last possible ID" in text:  # see workers.maintenance: restarted by a worker
+        return RedisBusyError(
+            f"writing {lane}: the write stream {writes} has run out of stream ids (an entry with the largest id "
+            "was added by hand); a running worker restarts it within its maintenance interval: retry then")
+    return CorruptDataError(f"writing {lane}: {e}")  # WRONGTYPE and the like: a key of the lane is not ours
