@@ -27,7 +27,7 @@ import anyio
 
 from signals._log import get_logger
 from signals.core.cachekey import cache_key, js_trim
-from signals.core.memory import WorkingMemoryConfig
+from signals.core.memory import MAX_DOCUMENT_CHARS, WorkingMemoryConfig
 from signals.core.models import Attributes, Reason
 from signals.core.signing import Signer
 from signals.core.system_message import TemplateProvider, working_memory_system_message
@@ -216,9 +216,20 @@ class AgentWorkingMemory:
             await self.log.record(self.thread_id, self.lane, result)
         return ModelCallResult(result.step, result.add, result.drop, result.window)
 
+    async def _document(self) -> Document | None:
+        """The stored document, for a system message: one over
+        :data:`~signals.core.memory.MAX_DOCUMENT_CHARS` is refused (a writer may store one
+        by hand, or with a ``max_bytes`` of its own: no worker signals it, and no delivery
+        puts it in front of a model whole)."""
+        doc = await self.store.get(self.resource_id, self.thread_id)
+        if doc is not None and len(doc.data) > MAX_DOCUMENT_CHARS:
+            raise CorruptDataError(f"{self.store.keys.doc(self.lane)} holds {len(doc.data):,} characters, over the "
+                                   f"{MAX_DOCUMENT_CHARS:,} a delivery takes (the workers' bound)")
+        return doc
+
     async def _system_call(self) -> ModelCallResult:
         self._steps += 1
-        doc = await self.store.get(self.resource_id, self.thread_id)
+        doc = await self._document()
         if doc is not None:
             await self._log_system(doc)
         return ModelCallResult(self._steps, window=self.window.window_id, system=self._render_system(doc))
@@ -248,7 +259,7 @@ class AgentWorkingMemory:
 
         Available in either delivery (the token benchmark's baseline); not logged.
         """
-        return self._render_system(await self.store.get(self.resource_id, self.thread_id))
+        return self._render_system(await self._document())
 
     def tools(self) -> list[dict[str, Any]]:
         """The tool definitions to offer the model (none when read-only)."""

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from signals.core.codec import FIELD, decode_write
 from signals.core.lane import MAX_VERSION, is_stream_id
-from signals.core.memory import MAX_DOCUMENT_CHARS
+from signals.core.memory import MAX_EVENT_CHARS
 from signals.core.models import WriteEvent
 from signals.streams.deadletters import KEPT_CHARS
 from signals.streams.keys import Keys, validate_id
 
-__all__ = ("MAX_EVENT_CHARS", "PREV_FIELD", "REQUEUED_FIELD", "EventDecoder", "printable", "text")
+__all__ = ("PREV_FIELD", "REQUEUED_FIELD", "EventDecoder", "printable", "text")
 
-#: The largest write event decoded (an honest one holds one document, 64 KiB by default),
-#: and the largest document a worker reads to catch a lane up (a writer's own max_bytes
-#: setting is not a limit on what another writer stores).
-MAX_EVENT_CHARS = MAX_DOCUMENT_CHARS
+# MAX_EVENT_CHARS (signals.core.memory): the largest write event decoded (an honest one
+# holds one document, 64 KiB by default; writers refuse a larger one), and the largest
+# document a worker reads to catch a lane up (a writer's own max_bytes setting is not a
+# limit on what another writer stores by hand).
 #: The write-event field naming the lane's previous event (set by the write script).
 PREV_FIELD = "p"
 #: The field of an event put back by ``dlq requeue`` (requeue.lua): the dead letter's id.

@@ -26,12 +26,12 @@ import msgspec
 import structlog
 
 from signals.core.lane import DOCUMENT_FIELDS, HEAD_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking
+from signals.core.memory import MAX_EVENT_CHARS
 from signals.core.models import WriteEvent
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
 from workers.cache import TrackingCache
-from workers.events import MAX_EVENT_CHARS
 from workers.faults import raise_whole_server
 
 __all__ = ("LaneState", "Pending", "load_documents", "read_lanes")

@@ -128,7 +128,12 @@ class Settings(BaseSettings):
     @field_validator("log_level", mode="before")
     @classmethod
     def _level(cls, value: object) -> object:
-        return value.strip().lower() if isinstance(value, str) else value
+        """Any case, and the standard library's aliases ``warn`` and ``fatal`` (which worked
+        before the levels were checked: a deployment may set them)."""
+        if not isinstance(value, str):
+            return value
+        level = value.strip().lower()
+        return {"warn": "warning", "fatal": "critical"}.get(level, level)
 
     @field_validator("token_counter", mode="after")
     @classmethod

@@ -45,6 +45,7 @@ __all__ = (
     "DEFAULT_MAX_BYTES",
     "DEFAULT_TEMPLATE",
     "MAX_DOCUMENT_CHARS",
+    "MAX_EVENT_CHARS",
     "Schema",
     "WorkingMemoryConfig",
     "apply_merge",
@@ -72,6 +73,10 @@ DEFAULT_MAX_BYTES = 64 * 1024
 #: own client's setting, so what is stored may be larger. Workers refuse (dead-letter) a
 #: document or write event over it; the system-message delivery refuses to read one.
 MAX_DOCUMENT_CHARS = 4 * 1024 * 1024
+#: The largest write event a worker takes: its JSON, in characters (the document with its
+#: escapes, and the event's other fields). Writers refuse a write whose event would be
+#: larger, whatever their own ``max_bytes``: no worker would signal it.
+MAX_EVENT_CHARS = MAX_DOCUMENT_CHARS
 
 Schema = type[pydantic.BaseModel] | dict[str, Any]
 

@@ -39,7 +39,6 @@ from signals.core.codec import invalid_utf8_at
 from signals.core.lane import parse_version
 from signals.core.lru import LRU
 from signals.core.memory import (
-    MAX_DOCUMENT_CHARS,
     WorkingMemoryConfig,
     apply_merge,
     apply_replace,
@@ -114,18 +113,31 @@ class WorkingMemoryStore:
     ) -> None:
         self.redis = redis
         self.keys = keys or Keys()
-        self.config = config or WorkingMemoryConfig()
         self.read_only = read_only
-        self.idempotency_ttl_s = idempotency_ttl_s
         self.max_attempts = max_attempts
-        self.durability = durability
-        #: the write script's calls (keys, arguments, refusals), for bulk loaders too
-        self.write_script = WriteScript(redis, self.keys, self.config, idempotency_ttl_s=idempotency_ttl_s,
-                                        durability=durability)
+        #: the write script's calls (keys, arguments, refusals), for bulk loaders too; it
+        #: holds the settings its calls depend on (``config``, ``durability``, ``idempotency_ttl_s``)
+        self.write_script = WriteScript(redis, self.keys, config or WorkingMemoryConfig(),
+                                        idempotency_ttl_s=idempotency_ttl_s, durability=durability)
         #: thread owners: read, checked and claimed (remembered once a check passed)
         self.threads = ThreadOwners(redis, self.keys, cache_size)
         self._known: LRU[str, Document] = LRU(cache_size)  # this client's own reads and writes
         self._namespace = NamespaceCheck(redis, self.keys)
+
+    @property
+    def config(self) -> WorkingMemoryConfig:
+        """The working-memory shape (the ``config`` argument)."""
+        return self.write_script.config
+
+    @property
+    def durability(self) -> Durability | None:
+        """The replicas a write waits for (the ``durability`` argument)."""
+        return self.write_script.durability
+
+    @property
+    def idempotency_ttl_s(self) -> int:
+        """How long an idempotency key is remembered (the ``idempotency_ttl_s`` argument)."""
+        return self.write_script.idempotency_ttl_s
 
     @property
     def cache_size(self) -> int:
@@ -167,15 +179,15 @@ class WorkingMemoryStore:
         another resource (:class:`ThreadOwnerError`), as a write would be: one user's thread
         memory never reaches another user's model through a shared or guessed thread id.
 
-        A document over :data:`~signals.core.memory.MAX_DOCUMENT_CHARS` (the workers' bound:
-        no signal carries it) is refused too, so that no delivery puts it in front of a
-        model whole, and so is one at version 0 (no write stores it, and no delivery record
-        may name it); writes still go over either (:meth:`replace` repairs the lane).
+        A document at version 0 is refused too (no write stores it, and no delivery record
+        may name it); writes still go over it (:meth:`replace` repairs the lane). Its size
+        is not bounded here: the system-message delivery bounds what it puts in front of a
+        model (:meth:`signals.agent.AgentWorkingMemory.before_model_call`).
 
         Raises:
             ThreadOwnerError: the thread belongs to another resource.
             CorruptDataError: the document (or the thread's owner record) is not what the
-                write script stores, invalid UTF-8 or version 0 included, or it is oversized.
+                write script stores, invalid UTF-8 or version 0 included.
         """
         ref = self.ref(resource_id, thread_id, scope)
         await self._check_namespace(record=False)
@@ -185,9 +197,6 @@ class WorkingMemoryStore:
         if doc is not None and doc.version == 0:  # a delivery record of it would be refused by the log's readers
             raise CorruptDataError(f"{self.keys.doc(ref.lane)} field version is 0: no write stores it (the first "
                                    "is version 1)")
-        if doc is not None and len(doc.data) > MAX_DOCUMENT_CHARS:
-            raise CorruptDataError(f"{self.keys.doc(ref.lane)} holds {len(doc.data):,} characters, over the "
-                                   f"{MAX_DOCUMENT_CHARS:,} any reader takes (the workers' bound)")
         return doc
 
     async def _read(self, lane: str) -> Document | None:

@@ -18,11 +18,13 @@ from typing import Literal
 from redis import exceptions as redis_exc
 
 from signals.core.codec import encode_json
-from signals.core.memory import WorkingMemoryConfig
+from signals.core.lane import parse_version
+from signals.core.memory import MAX_EVENT_CHARS, WorkingMemoryConfig
 from signals.core.models import Scope, WriteEvent
 from signals.errors import (
     ConflictError,
     CorruptDataError,
+    DocumentTooLargeError,
     InvalidInputError,
     RedisBusyError,
     RedisUnavailableError,
@@ -86,12 +88,24 @@ class WriteScript:
              idempotency_key: str | None, fingerprint: str = "") -> list[str | int]:
         """The call's ARGV for writing ``data`` over ``version``, with the write event it
         appends (``owner``: the resource the script checks a thread lane against, ``""``
-        for none; ``fingerprint``: the request's, stored with the idempotency key)."""
+        for none; ``fingerprint``: the request's, stored with the idempotency key).
+
+        Raises:
+            DocumentTooLargeError: the event would be over
+                :data:`~signals.core.memory.MAX_EVENT_CHARS`, which workers refuse (a
+                writer's ``max_bytes`` is its own setting and may be larger).
+        """
         now = now_iso()
         event = WriteEvent(lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
                            data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,
                            written_at=now, idempotency_key=idempotency_key)
-        return [version, version + 1, data, self.config.format, encode_json(event), owner,
+        encoded = encode_json(event)
+        if len(encoded) > MAX_EVENT_CHARS:  # whatever the writer's max_bytes: no worker would take it
+            raise DocumentTooLargeError(
+                f"{ref.lane}: the write event would be {len(encoded):,} characters (the document with its JSON "
+                f"escapes), over the {MAX_EVENT_CHARS:,} a worker takes: no signal could carry it; nothing was "
+                "written")
+        return [version, version + 1, data, self.config.format, encoded, owner,
                 self.idempotency_ttl_s, ref.lane, now, ref.scope, fingerprint]
 
     async def run(self, ref: LaneRef, script_keys: list[str], args: list[str | int]) -> tuple[str, str, object]:
@@ -132,8 +146,9 @@ class WriteScript:
         if status == "format":
             return InvalidInputError(f"{ref.lane} holds {detail} working memory, not {self.config.format}")
         if if_version is not None:
-            return ConflictError(f"{ref.lane} is at version {detail}, expected {if_version}",
-                                 expected=if_version, actual=int(detail))
+            actual = parse_version(detail, f"{self.keys.doc(ref.lane)} field version")
+            return ConflictError(f"{ref.lane} is at version {actual}, expected {if_version}",
+                                 expected=if_version, actual=actual)
         return None
 
 

@@ -156,14 +156,21 @@ async def test_an_oversized_document_is_not_read_into_a_signal(
     redis_server: RedisServer, redis: Redis, keys: Keys
 ) -> None:
     """max_bytes is the writing client's own setting: a writer configured with a large one
-    stored a 4.5 M-character document (its event, over the worker's limit, was dead-lettered).
-    A hand-made requeued event (field r) then made the worker catch the lane up to that
-    document: it read it whole and emitted a signal of its full text. Now the worker refuses
-    a document over its limit as it refuses an event, naming it; other lanes go on."""
-    big = WorkingMemoryStore(redis, keys=keys, config=WorkingMemoryConfig(max_bytes=10_000_000))
-    version = await big.replace("erin", "- a line the agent remembers\n" * 160_000)
+    stored a 4.5 M-character document (its event, over the worker's limit, was dead-lettered;
+    the library now refuses such a write, so the hostile writer here calls the write script
+    itself, as its ACL allows). A hand-made requeued event (field r) then made the worker
+    catch the lane up to that document: it read it whole and emitted a signal of its full
+    text. Now the worker refuses a document over its limit as it refuses an event, naming
+    it; other lanes go on."""
     store = WorkingMemoryStore(redis, keys=keys)
     lane = "r:erin"
+    ref, data = store.ref("erin"), "- a line the agent remembers\n" * 160_000
+    event = WriteEvent(lane=lane, scope="resource", format="markdown", version=1, data=data, op="replace",
+                       resource_id="erin")
+    status, _ = await store.write_script.script(keys=store.write_script.keys_for(ref, "", None), args=[
+        0, 1, data, "markdown", encode_json(event), "", 60, lane, "2026-01-01T00:00:00.000Z", "resource", ""])
+    assert status == "ok"
+    version = 1
     letters = keys.dead_letters(keys.partition(lane))
     async with worker_in_process(redis_server.url, keys):
         with anyio.fail_after(20):

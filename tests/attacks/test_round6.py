@@ -13,7 +13,7 @@ from signals.core.codec import FIELD, encode_json
 from signals.core.diff import apply_patch
 from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Attributes, Delivery, Signal
-from signals.errors import CorruptDataError, PatchError
+from signals.errors import ConflictError, CorruptDataError, DocumentTooLargeError, PatchError
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys
 from signals.streams.namespace import check_namespace
@@ -121,7 +121,7 @@ async def test_the_system_message_delivery_never_carries_an_oversized_document(r
     """Sizes are the worker's to bound: a document over its 4 Mi characters never becomes a
     signal. The system-message delivery reads the document itself, and read it whole: a
     writer's ``HSET`` of 5 M characters (or a writer whose own max_bytes is that large) went
-    into the system prompt of every model call. Now ``get`` refuses a document over the
+    into the system prompt of every model call. Now the delivery refuses a document over the
     worker's bound, naming the key (as it refuses one that is not UTF-8); the lane's owner
     can still write over it."""
     await redis.hset(keys.doc("r:u"), mapping={"data": "- remember this\n" * 330_000, "version": "1",
@@ -151,3 +151,39 @@ async def test_a_document_at_version_0_is_corrupt_and_never_logged(redis: Redis,
     assert await WorkingMemoryStore(redis, keys=keys).replace("u", "# mine") == 1  # the owner writes over it
     assert (await agent.before_model_call(set())).system is not None
     assert [d.version for d in await DeliveryLog(redis, keys).read("t1")] == [1]
+
+
+async def test_a_conflict_over_a_large_stored_version_is_a_conflict(redis: Redis, keys: Keys) -> None:
+    """The write script answered a conflict with ``tostring`` of the stored version, which
+    Lua prints as ``1e+14`` from 10**14 on: ``int()`` of it raised ValueError out of a
+    conditional write (a client whose cache was stale sent it). The conflict now names the
+    version as stored, and the store parses it as every reader does."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    version = await store.replace("u", "# one")
+    await redis.hset(keys.doc("r:u"), "version", "100000000000000")
+    with pytest.raises(ConflictError, match="at version 100000000000000, expected 1") as caught:
+        await store.replace("u", "# two", if_version=version)
+    assert caught.value.actual == 100_000_000_000_000
+    assert await redis.hget(keys.doc("r:u"), "data") == "# one"
+
+
+async def test_a_write_no_worker_would_take_is_refused_and_get_reads_what_is_stored(redis: Redis, keys: Keys) -> None:
+    """A writer's ``max_bytes`` is its own: a store with 8 MiB wrote a document of 4.5 M
+    characters that no worker signals, and ``get`` then refused to read it back (an
+    operator could not look at it). The write is now refused when its event would be over
+    what a worker takes (the document with its JSON escapes: newlines count twice), nothing
+    written; a document stored past that by hand is still read by ``get``, and only the
+    system-message delivery refuses to put it in front of a model."""
+    store = WorkingMemoryStore(redis, keys=keys, config=WorkingMemoryConfig(max_bytes=8 * 1024 * 1024))
+    with pytest.raises(DocumentTooLargeError, match="over the 4,194,304 a worker takes"):
+        await store.replace("u", "# big\n" + "x" * 4_500_000)
+    with pytest.raises(DocumentTooLargeError, match="JSON escapes"):  # 3 M characters, 1.5 M of them newlines
+        await store.replace("u", "a\n" * 1_500_000)
+    assert not await redis.exists(keys.doc("r:u"))
+    assert await redis.xlen(keys.writes(keys.partition("r:u"))) == 0
+    await redis.hset(keys.doc("r:u"), mapping={"data": "y" * 4_500_000, "version": "1", "format": "markdown"})
+    doc = await store.get("u")
+    assert doc is not None and len(doc.data) == 4_500_000
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", delivery="system-message")
+    with pytest.raises(CorruptDataError, match="over the 4,194,304 a delivery takes"):
+        await agent.before_model_call(set())

@@ -85,3 +85,17 @@ def test_a_text_setting_that_is_not_utf8_is_refused() -> None:
     """An environment value carrying undecodable bytes (lone surrogates) is refused, not passed on."""
     with pytest.raises(pydantic.ValidationError, match="not valid UTF-8"):
         Settings(redis_url="redis://127.0.0.1:6379/\udcff")
+
+
+@pytest.mark.parametrize(("given", "level"), [("WARNING", "warning"), ("warn", "warning"), ("Warn", "warning"),
+                                              ("fatal", "critical"), (" debug ", "debug")])
+def test_log_levels_the_standard_library_reads_are_taken(given: str, level: str) -> None:
+    """Any case, and ``warn``/``fatal``: deployments set them while the level went straight
+    to the standard library, which reads both; checking the level must not stop them."""
+    assert Settings(log_level=given).log_level == level
+
+
+def test_a_log_level_that_is_none_is_refused() -> None:
+    """A name no logger knows is refused, naming the setting."""
+    with pytest.raises(pydantic.ValidationError, match="log_level"):
+        Settings(log_level="verbose")

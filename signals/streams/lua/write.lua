@@ -57,7 +57,9 @@ if failed(cur) then return {'type', KEYS[1]} end
 -- the compare-and-set as version 1)
 if cur[1] and (#cur[1] > 16 or not string.find(cur[1], '^%d+$')) then return {'corrupt', cur[1]} end
 local version = tonumber(cur[1] or '0')
-if version ~= tonumber(ARGV[1]) then return {'conflict', tostring(version)} end
+-- the conflict names the version as stored (checked above): tostring prints 1e14 and more
+-- as '1e+14'
+if version ~= tonumber(ARGV[1]) then return {'conflict', cur[1] or '0'} end
 if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
 if mistyped(KEYS[5], 'set') then return {'type', KEYS[5]} end
 local id = redis.pcall('XADD', KEYS[2], '*', 'e', ARGV[5], 'p', cur[3] or '')
