@@ -20,7 +20,7 @@ import pydantic
 from signals.core.codec import decode_json
 from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Scope
-from signals.errors import CorruptDataError, InvalidInputError
+from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError
 from signals.streams.store import WorkingMemoryStore
 from workers.connection import add_durability_args, add_sentinel_args
 from workers.display import body, json_line
@@ -224,18 +224,23 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
         from signals.streams.subscribe import Subscription  # noqa: PLC0415
         from workers.display import print_signal  # noqa: PLC0415
 
-        async with open_client(settings) as redis:
-            key = settings.signing_key_bytes()
-            lane = lane_id(scope, args.resource, args.thread)
-            stream = settings.keys().signals(lane)
-            try:  # XRANGE + + reads nothing from a stream or no key: a probe every reading role may run (not TYPE)
-                await xrange_entries(redis, stream, start="+", end="+")
-            except CorruptDataError as e:  # the library's live reader waits for a repair; a command says so
-                raise CorruptDataError(f"{stream} is not a signal stream (a worker repairs it at the lane's "
-                                       "next write)") from e
-            sub = Subscription(redis, settings.keys(), lane, block_ms=1000, signer=Signer(key) if key else None)
-            seen = 0
-            with anyio.move_on_after(args.timeout):
+        seen = 0
+        subscribed = False  # the namespace check and the stream probe answered
+        # --timeout bounds the whole command: connecting, the namespace check and the probe
+        # included (a server that accepts and never answers held it for the client's own timeout)
+        with anyio.move_on_after(args.timeout) as deadline:
+            async with open_client(settings) as redis:
+                key = settings.signing_key_bytes()
+                lane = lane_id(scope, args.resource, args.thread)
+                stream = settings.keys().signals(lane)
+                try:  # XRANGE + + reads nothing from a stream or no key: a probe every reading role may run (not TYPE)
+                    await xrange_entries(redis, stream, start="+", end="+")
+                except CorruptDataError as e:  # the library's live reader waits for a repair; a command says so
+                    raise CorruptDataError(f"{stream} is not a signal stream (a worker repairs it at the lane's "
+                                           "next write)") from e
+                subscribed = True
+                sub = Subscription(redis, settings.keys(), lane, block_ms=1000,
+                                   signer=Signer(key) if key else None)
                 items = await sub.bootstrap(from_start=args.from_start)
                 for item in items:
                     print_signal(item, as_json=args.json)
@@ -249,13 +254,25 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
                     seen += 1
                     if args.count and seen >= args.count:
                         return 0
-            if args.count:
-                print(f"wm-signals: --timeout {args.timeout:g}s expired after {seen} of {args.count} signals "
-                      "(no more were retained or written)", file=sys.stderr)
-                return 1
+        if deadline.cancelled_caught and not subscribed:  # never reached the lane: not an empty tail (exit 0)
+            raise RedisUnavailableError(f"--timeout {args.timeout:g}s expired before {_server_named(settings)} "
+                                        "answered (connecting, the namespace check and the first read count)")
+        if args.count:
+            print(f"wm-signals: --timeout {args.timeout:g}s expired after {seen} of {args.count} signals "
+                  "(no more were retained or written)", file=sys.stderr)
+            return 1
         return 0
 
     return run_async(main)
+
+
+def _server_named(settings: Settings) -> str:
+    """How a message names the server a command talks to (its URL without credentials)."""
+    from signals.streams.client import redact_url  # noqa: PLC0415
+
+    if settings.sentinel:
+        return f"the master {settings.sentinel_master!r} of sentinels {settings.sentinel}"
+    return f"Redis at {redact_url(settings.redis_url)}" if settings.redis_url else "the embedded server"
 
 
 def _waiting_note(items: list[Any], args: argparse.Namespace, refused: int = 0) -> str:
@@ -345,7 +362,8 @@ def register(sub: Any) -> None:
                            help="exit after N signals (a note on stderr says when the retained ones are delivered "
                                 "and it waits for new writes)")
     subscribe.add_argument("--timeout", type=_timeout, metavar="SECONDS",
-                           help="stop after SECONDS: exit 1 if --count signals have not arrived by then, else 0")
+                           help="stop after SECONDS, connecting included: exit 1 if --count signals have not arrived "
+                                "by then (or Redis never answered), else 0")
     subscribe.set_defaults(handler=_cmd_subscribe)
 
     write = sub.add_parser("write", help="write a lane's working memory; prints the new version")
