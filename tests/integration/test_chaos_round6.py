@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
+from redis.asyncio import Redis
+
+from signals.core.memory import WorkingMemoryConfig
+from signals.streams.keys import GROUP, Keys
+from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import check_lane, lanes_of, spawn_worker, wait_caught_up, wait_ready
+from workers.embedded import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,3 +52,86 @@ def test_subscribe_timeout_bounds_connecting_too(silent_server: str, extra: list
     assert len(err.splitlines()) == 1, err
     assert "--timeout 1s expired before Redis at redis://127.0.0.1:" in err, err
     assert "Timeout reading" not in err, err
+
+
+async def _pending_for(redis: Redis, keys: Keys, consumer: str | None = None) -> int:
+    total = 0
+    for stream in keys.all_writes():
+        summary = await redis.xpending(stream, GROUP)
+        total += sum(int(c["pending"]) for c in summary["consumers"] or [] if consumer in (None, c["name"]))
+    return total
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_a_paused_worker_resumes_after_its_entries_were_reclaimed(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A duplicate delivery between live processes: worker A is frozen (SIGSTOP) holding
+    read, unacknowledged entries; worker B (another process) reclaims them after
+    ``claim_idle_ms`` and signals the lanes on; writers keep replacing (Markdown, resource
+    scope) and merging (JSON, thread scope) meanwhile; A is then resumed (SIGCONT) with its
+    stale batch. Once caught up: every lane rebuilds its stored document, versions run
+    without a gap, no write version is signalled twice, nothing is pending or dead-lettered,
+    and both workers stop gracefully (exit 0). The fault tests kill the first worker; here it
+    comes back."""
+    md = WorkingMemoryStore(redis, keys=keys)
+    js = WorkingMemoryStore(redis, keys=keys, config=WorkingMemoryConfig(scope="thread", schema={"type": "object"}))
+    for t in range(4):
+        await js.create_thread(f"th{t}", "owner")
+    done = anyio.Event()
+
+    async def writer(k: int) -> None:
+        n = 0
+        while not done.is_set():
+            n += 1
+            lane = (n + k) % 8
+            if n % 3:
+                await md.replace(f"u{lane}", f"# Profile {lane}\n- fact a\n- round {n} by {k}\n- fact b")
+            else:
+                await js.merge("owner", {f"w{k}": {"n": n}, "drop": None if n % 2 else 1}, thread_id=f"th{lane % 4}")
+            await anyio.sleep(0.002)
+
+    a = spawn_worker(redis_server.url, keys, "paused", batch=50)
+    b: subprocess.Popen[bytes] | None = None
+    try:
+        await wait_ready(a)
+        async with anyio.create_task_group() as tg:
+            for k in range(3):
+                tg.start_soon(writer, k)
+            with anyio.fail_after(20):  # freeze A at a moment it holds entries read, not acknowledged
+                while True:
+                    a.send_signal(signal.SIGSTOP)
+                    await anyio.sleep(0.05)
+                    if held := await _pending_for(redis, keys, "paused"):
+                        break
+                    a.send_signal(signal.SIGCONT)
+                    await anyio.sleep(0.01)
+            b = spawn_worker(redis_server.url, keys, "other", batch=5)
+            await wait_ready(b)
+            with anyio.fail_after(30):  # B reclaims A's entries (claim_idle_ms 500) while the writes go on
+                while await _pending_for(redis, keys, "paused"):
+                    await anyio.sleep(0.05)
+            a.send_signal(signal.SIGCONT)  # A wakes up with its stale batch
+            await anyio.sleep(1.0)
+            done.set()
+        assert held > 0
+        await wait_caught_up(redis, keys, limit_s=60)
+        with anyio.fail_after(20):
+            while await _pending_for(redis, keys):
+                await anyio.sleep(0.05)
+        lanes = await lanes_of(redis, keys)
+        assert len(lanes) == 12
+        for lane in lanes:
+            signals = await check_lane(redis, keys, lane)  # chain rebuilds the document, no write version twice
+            versions = [s.version for s in signals]
+            assert versions == list(range(1, len(versions) + 1)), lane
+        for p in range(keys.partitions):
+            assert await redis.xlen(keys.dead_letters(p)) == 0
+    finally:
+        for proc in (a, b):
+            if proc is not None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        assert a.wait(30) == 0
+        assert b is not None and b.wait(30) == 0
