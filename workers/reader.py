@@ -16,7 +16,7 @@ from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
 from signals.errors import GroupMissingError
-from signals.streams.client import Client
+from signals.streams.client import Client, lua
 from signals.streams.keys import GROUP, Keys
 
 __all__ = ("GroupReader", "RawEntry")
@@ -37,6 +37,7 @@ class GroupReader:
         self.keys = keys
         self.name = name
         self.batch, self.block_ms, self.shard = batch, block_ms, shard
+        self._leave = redis.register_script(lua("leave"))
 
     async def ensure_groups(self) -> None:
         """Create the consumer group on every partition stream (from the start; idempotent).
@@ -97,24 +98,24 @@ class GroupReader:
         holds no pending entry (a graceful stop): stopped consumers no longer pile up in
         ``inspect`` and XINFO (every restart under a new name added one). Where it still
         holds entries it stays, so that they stay claimable (XGROUP DELCONSUMER would drop
-        them from the group's pending list). Returns the streams it left."""
-        streams = [s for group in self.stream_groups() for s in group]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in streams:
-                pipe.xpending_range(stream, GROUP, min="-", max="+", count=1, consumername=self.name)
-            pending = await pipe.execute(raise_on_error=False)
-        idle = [s for s, held in zip(streams, pending, strict=True) if held == []]
-        if not idle:
-            return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in idle:
-                pipe.xgroup_delconsumer(stream, GROUP, self.name)
-            replies = await pipe.execute(raise_on_error=False)
-        refused = [(s, r) for s, r in zip(idle, replies, strict=True) if isinstance(r, Exception)]
-        if refused:  # NOPERM above all: an ACL file from before this command was granted
-            log.warning("worker.leave_group_refused", streams=len(refused), error=str(refused[0][1])[:200],
+        them from the group's pending list). The check and the delete are one script per
+        stream (``leave.lua``): as two round trips, a process restarted under the same
+        consumer name that read entries in between lost them from the pending list with the
+        delete. Returns the streams it left."""
+        left: list[str] = []
+        refused: list[Exception] = []
+        for stream in (s for group in self.stream_groups() for s in group):
+            try:
+                if await self._leave(keys=[stream], args=[GROUP, self.name]) == 1:
+                    left.append(stream)
+            except redis_exc.ResponseError as e:
+                if "NOGROUP" in str(e) or "WRONGTYPE" in str(e):  # no group, or not a stream: nothing to leave
+                    continue
+                refused.append(e)  # NOPERM above all: an ACL file from before this command was granted
+        if refused:
+            log.warning("worker.leave_group_refused", streams=len(refused), error=str(refused[0])[:200],
                         note="the consumer stays listed; regenerate the ACL file (wm-signals deploy acl)")
-        return [s for s, r in zip(idle, replies, strict=True) if not isinstance(r, Exception)]
+        return left
 
     async def readable(self, streams: list[str]) -> list[str]:
         """The write streams of ``streams`` that are streams (or absent): a key of another

@@ -109,6 +109,8 @@ SCRIPTS: Mapping[str, Script] = {
         "writes": ("xack",), "dlq": ("xadd",), "fails": ("hdel",)}),
     # KEYS: dlq, writes
     "requeue": Script(("dlq", "writes"), {"dlq": ("xdel",), "writes": ("xadd",)}),
+    # KEYS: writes (a graceful stop leaves the group where nothing is pending, in one step)
+    "leave": Script(("writes",), {"writes": ("xpending", "xgroup|delconsumer")}),
 }
 
 
@@ -146,7 +148,7 @@ def RW(*commands: str) -> Grant:
 
 _SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("lindex", "lrange")}
 
-_WORKER = Role(("commit", "chain", "dead_letter"), {
+_WORKER = Role(("commit", "chain", "dead_letter", "leave"), {
     # consumer group on the write streams (leaving it at a graceful stop); trimming below the
     # oldest pending entry; TYPE: a partition whose key holds another type is skipped;
     # XSETID and XGROUP SETID: a stream run out of ids (a hand-made largest id) restarts

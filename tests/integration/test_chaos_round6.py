@@ -15,10 +15,12 @@ import pytest
 from redis.asyncio import Redis
 
 from signals.core.memory import WorkingMemoryConfig
+from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, lanes_of, spawn_worker, wait_caught_up, wait_ready
 from workers.embedded import RedisServer
+from workers.reader import GroupReader
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,3 +137,59 @@ async def test_a_paused_worker_resumes_after_its_entries_were_reclaimed(
                 proc.terminate()
         assert a.wait(30) == 0
         assert b is not None and b.wait(30) == 0
+
+
+async def _blocked(admin: Redis, commands: int) -> bool:
+    """``commands`` clients are held by a CLIENT PAUSE (flag ``b``)."""
+    clients = await admin.client_list()
+    return sum("b" in c["flags"] for c in clients) >= commands
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_leaving_the_group_keeps_what_a_same_named_consumer_just_read(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A graceful stop leaves the consumer group only where nothing is pending for its
+    name. It looked (XPENDING) and deleted (XGROUP DELCONSUMER) in two round trips, so a
+    process restarted under the same ``--consumer-name`` (the README's way to resume a
+    worker's entries at once) that read entries in between lost them from the group's
+    pending list with the delete: no worker could reclaim them, and had it died before
+    committing, those writes were never signalled. The interleaving is made certain with
+    CLIENT PAUSE WRITE: the new process's XREADGROUP is queued first, the stopping
+    process's check runs (a read is not paused) and its delete is queued behind the read.
+    The check and the delete are now one script, so the delete sees the new entries."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    for n in range(3):
+        await store.replace("u", f"# Profile\n- visit {n}")
+    stream = keys.writes(keys.partition("r:u"))
+    stopping = GroupReader(connect(redis_server.url), keys, "same-name", batch=10, block_ms=10)
+    await stopping.ensure_groups()
+    restarted, admin = connect(redis_server.url), connect(redis_server.url)
+    read: list[object] = []
+    try:
+        await admin.execute_command("CLIENT", "PAUSE", 20_000, "WRITE")
+        try:
+            async with anyio.create_task_group() as tg:
+                async def new_process_reads() -> None:
+                    read.extend(await restarted.xreadgroup(GROUP, "same-name", {stream: ">"}, count=10))
+                tg.start_soon(new_process_reads)
+                with anyio.fail_after(10):
+                    while not await _blocked(admin, 1):
+                        await anyio.sleep(0.01)
+                tg.start_soon(stopping.leave_group)
+                with anyio.fail_after(10):
+                    while not await _blocked(admin, 2):
+                        await anyio.sleep(0.01)
+                await admin.execute_command("CLIENT", "UNPAUSE")
+        finally:
+            await admin.execute_command("CLIENT", "UNPAUSE")
+        [(_, entries)] = read  # type: ignore[misc]
+        assert len(entries) == 3
+        summary = await redis.xpending(stream, GROUP)
+        assert summary["pending"] == 3, "the entries the restarted process read were dropped from the group"
+        assert [c["name"] for c in summary["consumers"]] == ["same-name"]
+    finally:
+        await stopping.redis.aclose()
+        await restarted.aclose()
+        await admin.aclose()
