@@ -14,6 +14,7 @@ __all__ = (
     "DurabilityError",
     "EmptyTemplateOverwriteError",
     "GroupMissingError",
+    "HistoryTrimmedError",
     "IdempotencyKeyReusedError",
     "InvalidInputError",
     "MissingDependencyError",
@@ -143,3 +144,8 @@ class GroupMissingError(WmSignalsError):
 
 class VerifyError(WmSignalsError):
     """Raised by replay verification; names the first broken signal."""
+
+
+class HistoryTrimmedError(VerifyError):
+    """A lane's signal stream was trimmed (by the workers' retention) past the entries read
+    so far while its history was read in pages; ``read_signals`` reads it again."""

@@ -27,7 +27,7 @@ from signals.streams.deadletters import DeadLetters
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.export import decode_export, encode_export, read_export, write_export
 from signals.streams.keys import Keys, lane_id
-from signals.streams.replay import Materialised, iter_signals, materialise, trimmed_before
+from signals.streams.replay import Materialised, materialise, read_signals, trimmed_before
 from signals.streams.status import inspect
 from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
@@ -312,7 +312,7 @@ async def _load(redis: Any, keys: Keys, args: argparse.Namespace,
     signals: list[tuple[str, Signal]] = []
     if not getattr(args, "deliveries", False):
         lane = lane_id(lane_scope(args), args.resource, args.thread)
-        signals = [item async for item in iter_signals(redis, keys, lane, signer=signer)]
+        signals = await read_signals(redis, keys, lane, signer=signer)
     return signals, deliveries
 
 

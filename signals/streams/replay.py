@@ -32,7 +32,7 @@ from signals.core.codec import FIELD, decode_signal
 from signals.core.models import STATE_ID, TAG_NAME, Signal
 from signals.core.processor import apply_delta
 from signals.core.signing import MAC_FIELD, Signer
-from signals.errors import CorruptDataError, InvalidInputError, VerifyError
+from signals.errors import CorruptDataError, HistoryTrimmedError, InvalidInputError, VerifyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 
@@ -226,29 +226,56 @@ async def iter_signals(
 ) -> AsyncIterator[tuple[str, Signal]]:
     """Yield ``(entry id, signal)`` of a lane's stream in order, paging with XRANGE.
 
+    Each page after the first is read from the previous page's last entry, inclusive: when
+    that entry is gone, the workers trimmed the stream past it between the two reads (their
+    retention, at a snapshot boundary), and the entries in between are gone too, so going on
+    would yield a history with a hole in it (:class:`HistoryTrimmedError`;
+    :func:`read_signals` reads again).
+
     Raises:
         VerifyError: at the first entry that is not a signal of the lane (see
             :func:`decode_entry`), or when the lane's key is not a stream.
+        HistoryTrimmedError: the stream was trimmed past the entries read so far.
     """
     stream = keys.signals(lane)
-    cursor = start
+    cursor, last = start, None
     while True:
         try:
-            entries = await xrange_entries(redis, stream, start=cursor, end=end, count=page)
+            count = page if last is None else page + 1  # the previous page's last entry, then a page
+            entries = await xrange_entries(redis, stream, start=cursor, end=end, count=count)
         except CorruptDataError as e:
             raise VerifyError(f"signal stream of {lane}: {e}") from e
+        if last is not None:
+            if not entries or entries[0][0] != last:
+                raise HistoryTrimmedError(f"signal stream of {lane} was trimmed past entry {last} while it was read")
+            entries = entries[1:]
         for entry in entries:
             yield entry[0], decode_entry(lane, entry, signer=signer)
         if len(entries) < page:
             return
-        cursor = "(" + entries[-1][0]
+        cursor = last = entries[-1][0]
+
+
+#: How many times :func:`read_signals` reads a history the workers keep trimming under it.
+READ_ATTEMPTS = 5
 
 
 async def read_signals(
-    redis: Client, keys: Keys, lane: str, *, signer: Signer | None = None
+    redis: Client, keys: Keys, lane: str, *, signer: Signer | None = None, page: int = 2000
 ) -> list[tuple[str, Signal]]:
-    """The lane's whole retained history; raises :class:`VerifyError` at a bad entry."""
-    return [item async for item in iter_signals(redis, keys, lane, signer=signer)]
+    """The lane's whole retained history; raises :class:`VerifyError` at a bad entry.
+
+    A history longer than ``page`` is read in several XRANGEs; when the workers trim the
+    stream between two of them, it is read again from its new start (at most
+    :data:`READ_ATTEMPTS` times, then :class:`HistoryTrimmedError`).
+    """
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            return [item async for item in iter_signals(redis, keys, lane, signer=signer, page=page)]
+        except HistoryTrimmedError:
+            if attempt == READ_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def trimmed_before(signals: list[tuple[str, Signal]]) -> int | None:

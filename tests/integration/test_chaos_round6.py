@@ -15,10 +15,20 @@ import pytest
 from redis.asyncio import Redis
 
 from signals.core.memory import WorkingMemoryConfig
+from signals.errors import VerifyError
 from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
+from signals.streams.replay import iter_signals, materialise, read_signals
 from signals.streams.store import WorkingMemoryStore
-from tests.integration.helpers import check_lane, lanes_of, spawn_worker, wait_caught_up, wait_ready
+from signals.streams.verify import verify_lane
+from tests.integration.helpers import (
+    check_lane,
+    lanes_of,
+    running_workers,
+    spawn_worker,
+    wait_caught_up,
+    wait_ready,
+)
 from workers.embedded import RedisServer
 from workers.reader import GroupReader
 
@@ -193,3 +203,36 @@ async def test_leaving_the_group_keeps_what_a_same_named_consumer_just_read(
         await stopping.redis.aclose()
         await restarted.aclose()
         await admin.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.redis
+async def test_a_history_read_in_pages_while_the_stream_is_trimmed_has_no_hole(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A lane's history is read in pages of XRANGE (``read_signals``: ``replay``, ``replay
+    --verify``, ``export``). When the workers trimmed the stream at a snapshot boundary
+    between two pages (retention, most often ``retain_age`` over a long, busy lane), the
+    next page began past the trimmed entries and the reader went on with a hole in the
+    history: a healthy lane failed to verify with a version gap. Pages of 2 here, the trim
+    made between them by hand (XTRIM MINID at a snapshot, as the worker's retention trims).
+    The reader now stops at the hole (``HistoryTrimmedError``) and ``read_signals`` reads
+    the history again from the stream's new start."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    async with running_workers(redis_server.url, keys, 1, policy="mastra", snapshot_every=3):
+        for n in range(9):
+            await store.replace("u", "# Profile\n- const\n" + "".join(f"- visit {i}\n" for i in range(n + 1)))
+        await wait_caught_up(redis, keys)
+    history = await read_signals(redis, keys, "r:u")
+    assert [s.mode[0] for _, s in history] == list("sddsddsdd")
+    read: list[int] = []
+    with pytest.raises(VerifyError):
+        async for _, signal in iter_signals(redis, keys, "r:u", page=2):
+            read.append(signal.version)
+            if signal.version == 2:  # the first page is read: trim to v7's snapshot
+                await redis.xtrim(keys.signals("r:u"), minid=history[6][0], approximate=False)
+    assert read == [1, 2], "the history read went on past a hole"
+    again = await read_signals(redis, keys, "r:u", page=2)
+    assert [s.version for _, s in again] == [7, 8, 9]
+    assert list(materialise(again))[-1].value == history[-1][1].value
+    await verify_lane(redis, keys, "r:u")

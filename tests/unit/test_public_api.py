@@ -28,7 +28,7 @@ EXPECTED = frozenset({
     "Attributes", "Delivery", "Signal", "WriteEvent", "render_markup", "run_scenario",
     # errors
     "ConflictError", "CorruptDataError", "DocumentTooLargeError", "DurabilityError", "EmptyTemplateOverwriteError",
-    "GroupMissingError", "IdempotencyKeyReusedError",
+    "GroupMissingError", "HistoryTrimmedError", "IdempotencyKeyReusedError",
     "InvalidInputError", "MissingDependencyError", "NamespaceMismatchError", "PatchError",
     "ReadOnlyError",
     "RedisBusyError", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError", "RedisScriptBusyError",
