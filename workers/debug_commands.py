@@ -49,7 +49,9 @@ def _bound(value: str | None) -> tuple[str, int | datetime] | None:
     """``--from``/``--to``: a version number or an ISO-8601 time."""
     if value is None:
         return None
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # isdigit alone takes '²' and other scripts' digits
+        if len(value) > 16:
+            raise InvalidInputError(f"--from/--to: version {value[:40]}... is past any a lane reaches")
         return ("version", int(value))
     try:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -60,8 +62,8 @@ def _bound(value: str | None) -> tuple[str, int | datetime] | None:
 
 def _top(text: str) -> int:
     """``inspect --top``: a number of lanes, 0 or more (-1 listed every lane but one)."""
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"--top takes a number of lanes of 0 or more, not {text!r}")
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise argparse.ArgumentTypeError(f"--top takes a number of lanes from 0 to 999,999,999, not {text[:40]!r}")
     return int(text)
 
 

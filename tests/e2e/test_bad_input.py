@@ -349,3 +349,18 @@ def test_a_reader_that_closes_early_gets_no_error_line(url: str) -> None:
         err = proc.stderr.read().decode()
         code = proc.wait(60)
     assert code == 141 and "Broken pipe" not in err and "Traceback" not in err and "Exception" not in err, (code, err)
+
+
+@pytest.mark.parametrize(("command", "flags", "named"), [
+    ("replay", ["--resource", "bob", "--from", "²"], "--from"),
+    ("replay", ["--resource", "bob", "--to", "1" * 5000], "--from/--to"),
+    ("inspect", ["--top", "²"], "--top"),
+    ("inspect", ["--top", "9" * 5000], "--top"),
+])
+def test_a_number_in_other_digits_or_too_long_is_bad_input(url: str, command: str, flags: list[str],
+                                                           named: str) -> None:
+    """``str.isdigit`` takes ``'²'`` and other scripts' digits, which ``int()`` refuses, and
+    ``int()`` refuses more than 4,300 digits: both raised ValueError, reported as an
+    unexpected error (exit 1). They are bad input: one line naming the flag, exit 2."""
+    proc = wm(command, "--redis-url", url, "--namespace", ns(), *flags)
+    assert_one_line(proc, 2, named)
