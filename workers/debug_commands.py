@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +28,7 @@ from signals.streams.deliveries import DeliveryLog
 from signals.streams.export import decode_export, encode_export, read_export, write_export
 from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import Materialised, materialise, read_signals, trimmed_before
-from signals.streams.status import inspect
+from signals.streams.status import SCAN_LANES, inspect
 from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
 from workers.display import OutputConsole, body, field, json_line, literal, signal_record
@@ -60,11 +60,15 @@ def _bound(value: str | None) -> tuple[str, int | datetime] | None:
     return ("time", when if when.tzinfo else when.replace(tzinfo=UTC))  # signals are stamped in UTC
 
 
-def _top(text: str) -> int:
-    """``inspect --top``: a number of lanes, 0 or more (-1 listed every lane but one)."""
-    if not (text.isascii() and text.isdigit()) or len(text) > 9:
-        raise argparse.ArgumentTypeError(f"--top takes a number of lanes from 0 to 999,999,999, not {text[:40]!r}")
-    return int(text)
+def _lanes_count(flag: str, least: int) -> Callable[[str], int]:
+    """``inspect --top``/``--scan``: a number of lanes from ``least`` to 999,999,999 (-1
+    listed every lane but one)."""
+    def parse(text: str) -> int:
+        if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < least:
+            raise argparse.ArgumentTypeError(f"{flag} takes a number of lanes from {least} to 999,999,999, "
+                                             f"not {text[:40]!r}")
+        return int(text)
+    return parse
 
 
 def _within(item: Materialised, low: Any, high: Any) -> bool:
@@ -353,7 +357,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with open_client(settings) as redis:
-            report = await inspect(redis, settings.keys(), top=args.top)
+            report = await inspect(redis, settings.keys(), top=args.top, scan=args.scan)
         if args.json:
             print(json_line({"partitions": [_partition_dict(p) for p in report.partitions],
                              "totals": report.totals, "busiest": report.busiest,
@@ -374,6 +378,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         if report.busiest:
             busiest = ", ".join(f"{literal(lane)} ({n})" for lane, n in report.busiest)
             _console.print(f"busiest lanes (writes): {busiest}", markup=False)
+        for p in report.partitions:
+            if p.scanned is not None:
+                _console.print(f"partition {p.partition}: lagging, bad and busiest lanes read from {p.scanned:,} of "
+                               f"its {p.lanes:,} lanes (the report's scan limit; the figures are partial)",
+                               markup=False)
         if report.bad_lanes:
             _console.print(f"bad lanes ({t['bad']}, left out of the lag and the busiest lanes):", markup=False)
             for b in report.bad_lanes:
@@ -400,7 +409,7 @@ def _bad_lanes_status(report: Any) -> int:
 
 def _partition_dict(p: Any) -> dict[str, Any]:
     return {"partition": p.partition, "streamLength": p.stream_length, "pending": p.pending, "lag": p.lag,
-            "lanes": p.lanes, "bad": p.bad, "deadLetters": p.dead_letters,
+            "lanes": p.lanes, "bad": p.bad, "deadLetters": p.dead_letters, "scanned": p.scanned,
             "consumers": [{"name": c.name, "pending": c.pending, "idleMs": c.idle_ms} for c in p.consumers]}
 
 
@@ -467,7 +476,10 @@ def register(sub: Any) -> None:
 
     insp = sub.add_parser("inspect", help="partitions, consumer groups, pending, lag, dead letters, busiest lanes")
     add_common_args(insp)
-    insp.add_argument("--top", type=_top, default=10, help="how many busiest lanes to list")
+    insp.add_argument("--top", type=_lanes_count("--top", 0), default=10, help="how many busiest lanes to list")
+    insp.add_argument("--scan", type=_lanes_count("--scan", 1), default=SCAN_LANES,
+                      help=f"lanes read per partition for the lag, bad and busiest lanes (default {SCAN_LANES:,}; "
+                           "a partition with more says its figures are partial)")
     insp.add_argument("--json", action="store_true")
     insp.set_defaults(handler=_cmd_inspect)
 

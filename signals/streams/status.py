@@ -18,10 +18,14 @@ from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
 from signals.streams.progress import lane_name_problem, lane_progress
 
-__all__ = ("BAD_LANES_LISTED", "BadLane", "ConsumerInfo", "PartitionInfo", "Report", "inspect", "shown_name")
+__all__ = ("BAD_LANES_LISTED", "SCAN_LANES", "BadLane", "ConsumerInfo", "PartitionInfo", "Report", "inspect",
+           "shown_name")
 
 #: How many bad lanes a report names (all of them are counted).
 BAD_LANES_LISTED = 100
+#: How many members of a partition's lane set a report reads by default (about: SSCAN pages
+#: of 1,000) for the lag, bad and busiest lanes.
+SCAN_LANES = 10_000
 #: How many characters of a lane name a report shows.
 _SHOWN_CHARS = 80
 
@@ -37,7 +41,10 @@ class ConsumerInfo:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """One partition (``bad``: members of its lane set that are bad lanes)."""
+    """One partition (``bad``: members of its lane set that are bad lanes; ``scanned``: how
+    many members were read for ``lag``, ``bad`` and the busiest lanes when the scan stopped
+    at the report's limit before the end of the set, whose figures are then partial;
+    ``None``: every member was read)."""
 
     partition: int
     stream_length: int
@@ -47,6 +54,7 @@ class PartitionInfo:
     dead_letters: int
     consumers: tuple[ConsumerInfo, ...]
     bad: int = 0
+    scanned: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +95,13 @@ def shown_name(lane: str) -> str:
     return text if len(lane) <= _SHOWN_CHARS else f"{text}… ({len(lane):,} characters)"
 
 
-async def inspect(redis: Client, keys: Keys, *, top: int = 10, scan: int = 10_000) -> Report:
+async def inspect(redis: Client, keys: Keys, *, top: int = 10, scan: int = SCAN_LANES) -> Report:
     """Build the report. ``lag`` counts lanes whose worker is behind their document;
-    ``busiest`` ranks up to ``scan`` lanes per partition by document version (writes); a
-    bad lane (see the module) is counted in ``bad`` and named in ``bad_lanes`` instead."""
+    ``busiest`` ranks the lanes by document version (writes); a bad lane (see the module) is
+    counted in ``bad`` and named in ``bad_lanes`` instead. The lane figures read about
+    ``scan`` members of each partition's lane set (SSCAN pages of 1,000, so the reading of
+    a huge namespace stays bounded): a partition read in part says so
+    (:attr:`PartitionInfo.scanned`)."""
     parts = []
     lanes = _Lanes(top)
     for p in range(keys.partitions):
@@ -105,9 +116,9 @@ async def inspect(redis: Client, keys: Keys, *, top: int = 10, scan: int = 10_00
         except redis_exc.ResponseError:  # no group yet: no worker ever started
             pass
         lane_count = await redis.scard(keys.lanes(p))
-        lag, bad = await lanes.scan(redis, keys, p, scan)
+        lag, bad, scanned = await lanes.scan(redis, keys, p, scan)
         parts.append(PartitionInfo(p, length, pending, lag, lane_count,
-                                   await redis.xlen(keys.dead_letters(p)), tuple(consumers), bad))
+                                   await redis.xlen(keys.dead_letters(p)), tuple(consumers), bad, scanned))
     return Report(tuple(parts), tuple(lanes.busiest), tuple(lanes.bad))
 
 
@@ -123,8 +134,9 @@ class _Lanes:
         if len(self.bad) < BAD_LANES_LISTED:
             self.bad.append(BadLane(partition, shown_name(lane), reason))
 
-    async def scan(self, redis: Client, keys: Keys, partition: int, limit: int) -> tuple[int, int]:
-        """Read up to about ``limit`` lanes of a partition; its lagging and bad lane counts."""
+    async def scan(self, redis: Client, keys: Keys, partition: int, limit: int) -> tuple[int, int, int | None]:
+        """Read up to about ``limit`` lanes of a partition; its lagging and bad lane counts,
+        and how many members were read when the scan stopped before the end (else ``None``)."""
         lag = bad = 0
         cursor, seen = 0, 0
         while True:
@@ -146,5 +158,7 @@ class _Lanes:
                 self.busiest.append((lane, read[0]))
             self.busiest = sorted(self.busiest, key=lambda x: -x[1])[:self.top]
             seen += len(found)
-            if cursor == 0 or seen >= limit:
-                return lag, bad
+            if cursor == 0:
+                return lag, bad, None
+            if seen >= limit:
+                return lag, bad, seen

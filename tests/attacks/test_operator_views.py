@@ -209,3 +209,40 @@ async def test_a_junk_delivery_record_leaves_a_thread_lanes_signals_exportable(
     assert (code, err) == (0, "") and "exported 1 signals and 0 deliveries" in out
     code, out, err = await anyio.to_thread.run_sync(lambda: _cli(capsys, "replay", "--file", str(out_file), "--verify"))
     assert (code, err) == (0, "") and "verified 1 signals" in out
+
+
+async def test_a_lane_set_larger_than_the_scan_says_its_figures_are_partial(
+    redis_server: RedisServer, redis: Redis, keys: Keys, as_role: Callable[[str], Client],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``inspect`` reads about 10,000 lanes per partition (a bounded report on millions of
+    lanes) and said nothing of the rest: lag, bad and busiest lanes over a part of a lane
+    set read as the whole namespace's. A partition read in part now says how much was read,
+    in the table's notes and in ``--json`` (``scanned``; ``null`` when every lane was)."""
+    writer = as_role("writer")
+    await writer.sadd(keys.lanes(0), *(f"r:junk{n}" for n in range(2500)))  # bad lanes (not of partition 0) too
+    await _two_lanes(redis, keys)
+
+    report = await inspect(as_role("operator"), keys, scan=1000)
+    assert report.partitions[0].lanes >= 2500
+    assert report.partitions[0].scanned is not None and report.partitions[0].scanned < report.partitions[0].lanes
+    assert all(p.scanned is None for p in report.partitions[1:] if p.lanes < 1000)
+    assert (await inspect(as_role("operator"), keys)).partitions[0].scanned is None  # the default reads them all
+
+    code, out, err = await _inspect_cli(capsys, redis_server, keys, "--scan", "1000")
+    assert "Traceback" not in err
+    lanes = report.partitions[0].lanes
+    assert "partition 0: lagging, bad and busiest lanes read from " in out and f"of its {lanes:,} lanes" in out
+    assert code == 2  # the junk names are bad lanes
+    code, out, err = await _inspect_cli(capsys, redis_server, keys, "--scan", "1000", "--json")
+    assert code == 2
+    body = json.loads(out)
+    assert 1000 <= body["partitions"][0]["scanned"] < lanes
+    _, out, err = await _inspect_cli(capsys, redis_server, keys, "--json")
+    assert json.loads(out)["partitions"][0]["scanned"] is None and "read from" not in out
+
+    for bad in ("0", "-1", "1e3", "\uff11\uff10"):  # fullwidth digits
+        with pytest.raises(SystemExit) as exit_info:
+            await _inspect_cli(capsys, redis_server, keys, "--scan", bad)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "--scan takes a number of lanes from 1" in err, (bad, err)
