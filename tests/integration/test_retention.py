@@ -273,3 +273,21 @@ async def test_subscribe_from_start_for_more_than_can_arrive_ends_at_its_timeout
     for count in ("0", "-1", "many"):  # 0 tailed forever with no note, -1 printed one signal and exited 0
         bad = await anyio.run_process(_cli(url, keys, *base, "--count", count), cwd=ROOT, check=False)
         assert bad.returncode == 2 and b"--count takes a number of signals of at least 1" in bad.stderr, count
+
+
+
+@pytest.mark.parametrize("retain", [5, 9])
+async def test_writes_without_a_signal_leave_the_retained_signal_count_whole(
+    redis_server: RedisServer, redis: Redis, keys: Keys, retain: int
+) -> None:
+    """A write whose text is unchanged (the same cacheKey) moves the document's version but
+    emits no signal. Retention counts signals (a signal's ``version`` is the lane's signal
+    count, not the document's version), so a lane whose every other write is a repeat still
+    keeps ``retain`` signals, trimmed as far as that allows."""
+    texts = [_doc(n // 2) for n in range(40)]  # each text twice: 40 document versions, 20 signals
+    await _write(redis_server.url, redis, keys, texts, snapshot_every=4, retain_signals=retain)
+    signals = await check_lane(redis, keys, "r:u")  # starts at a snapshot, rebuilds, verifies
+    assert await redis.hget(keys.doc("r:u"), "version") == "40" and signals[-1].version == 20
+    assert len(signals) >= retain
+    later = [i for i, s in enumerate(signals) if s.mode == "snapshot" and i > 0 and len(signals) - i >= retain]
+    assert not later, f"trimmable at {later}: {[s.version for s in signals]}"
