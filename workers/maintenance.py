@@ -77,11 +77,21 @@ async def _restart(redis: Client, stream: str, last: str) -> int:
     """
     if not _ID.fullmatch(last):
         return 0
-    pipe = redis.pipeline(transaction=True)
-    pipe.xtrim(stream, maxlen=0, approximate=False)
-    pipe.execute_command("XSETID", stream, "0-0", "ENTRIESADDED", 0, "MAXDELETEDID", "0-0")
-    pipe.execute_command("XGROUP", "SETID", stream, GROUP, "0-0")
-    removed, _, _ = await pipe.execute()
+    removed = None
+    # Redis 7 keeps the largest deleted id, which XSETID must not go below unless told;
+    # Redis 6.2 knows neither option and refuses the call's arity (the transaction then
+    # runs nothing: EXECABORT), so it is made again in 6.2's words.
+    for options in (("ENTRIESADDED", 0, "MAXDELETEDID", "0-0"), ()):
+        pipe = redis.pipeline(transaction=True)
+        pipe.xtrim(stream, maxlen=0, approximate=False)
+        pipe.execute_command("XSETID", stream, "0-0", *options)
+        pipe.execute_command("XGROUP", "SETID", stream, GROUP, "0-0")
+        try:
+            removed, _, _ = await pipe.execute()
+            break
+        except redis_exc.ResponseError as e:
+            if not options or "wrong number of arguments" not in str(e).lower():
+                raise
     log.warning("worker.write_stream_restarted", stream=stream, last_id=last,
                 note="its last entry had the largest stream id (added by hand); its entries were all processed")
     return int(removed)

