@@ -77,23 +77,28 @@ async def _restart(redis: Client, stream: str, last: str) -> int:
     """
     if not _ID.fullmatch(last):
         return 0
-    removed = None
     # Redis 7 keeps the largest deleted id, which XSETID must not go below unless told;
     # Redis 6.2 knows neither option and refuses the call's arity (the transaction then
     # runs nothing: EXECABORT), so it is made again in 6.2's words.
-    for options in (("ENTRIESADDED", 0, "MAXDELETEDID", "0-0"), ()):
-        pipe = redis.pipeline(transaction=True)
-        pipe.xtrim(stream, maxlen=0, approximate=False)
-        pipe.execute_command("XSETID", stream, "0-0", *options)
-        pipe.execute_command("XGROUP", "SETID", stream, GROUP, "0-0")
-        try:
-            removed, _, _ = await pipe.execute()
-            break
-        except redis_exc.ResponseError as e:
-            if not options or "wrong number of arguments" not in str(e).lower():
-                raise
+    try:
+        removed = await _restart_call(redis, stream, "ENTRIESADDED", 0, "MAXDELETEDID", "0-0")
+    except redis_exc.ResponseError as e:
+        if "wrong number of arguments" not in str(e).lower():
+            raise
+        removed = await _restart_call(redis, stream)
     log.warning("worker.write_stream_restarted", stream=stream, last_id=last,
                 note="its last entry had the largest stream id (added by hand); its entries were all processed")
+    return removed
+
+
+async def _restart_call(redis: Client, stream: str, *options: str | int) -> int:
+    """Empty ``stream`` and set its last id and its group's to ``0-0``, in one transaction
+    (``options``: XSETID's); returns the entries removed."""
+    pipe = redis.pipeline(transaction=True)
+    pipe.xtrim(stream, maxlen=0, approximate=False)
+    pipe.execute_command("XSETID", stream, "0-0", *options)
+    pipe.execute_command("XGROUP", "SETID", stream, GROUP, "0-0")
+    removed, _, _ = await pipe.execute()
     return int(removed)
 
 
