@@ -418,13 +418,29 @@ class WorkingMemoryStore:
 
     async def _answer_retry(self, ref: LaneRef, idempotency_key: str | None, stored: str, fingerprint: str) -> int:
         """A used idempotency key's answer: its version, confirmed under a durability
-        setting; :class:`IdempotencyKeyReusedError` when it was used for another request."""
-        done, made_by = parse_stored(stored, f"idempotency key {idempotency_key!r} of {ref.lane}")
+        setting; :class:`IdempotencyKeyReusedError` when it was used for another request.
+
+        The key is a writer's key, and any writer of the namespace may set it: a version
+        the lane has not reached (or 0) was made by no write. Answering it would report a
+        write that never happened as done, so it is :class:`CorruptDataError`, naming the
+        key (the key is set with its write, atomically, so a genuine one never runs ahead
+        of the document read after it). A forged version the lane has reached, with the
+        right fingerprint, cannot be told from a retry: an idempotency key is as private
+        as its name."""
+        what = f"idempotency key {idempotency_key!r} of {ref.lane}"
+        done, made_by = parse_stored(stored, what)
         if made_by and fingerprint and made_by != fingerprint:
             raise IdempotencyKeyReusedError(
-                f"idempotency key {idempotency_key!r} of {ref.lane} was used for another write (it made version "
-                f"{done}); a retry must repeat its request, and a new write needs a new key: nothing was written",
+                f"{what} was used for another write (it made version {done}); a retry must repeat its request, "
+                "and a new write needs a new key: nothing was written",
                 version=done)
+        document = await self._read(ref.lane)
+        reached = document.version if document is not None else 0
+        if not 1 <= done <= reached:
+            raise CorruptDataError(
+                f"{what} says it made version {done}, but the lane is at version {reached}: no write made it "
+                f"(the key, {self.keys.idempotency(ref.lane, idempotency_key or '')}, was set by hand); nothing "
+                "was written: write with a new key, or delete that one")
         await self._check_replicated(ref, done, None, idempotency_key, stored)
         return done
 

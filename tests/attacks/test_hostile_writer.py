@@ -17,6 +17,7 @@ from signals.core.system_message import working_memory_system_message
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError, ThreadOwnerError
 from signals.streams.client import connect
 from signals.streams.deadletters import DeadLetters
+from signals.streams.idempotency import request_fingerprint
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.attacks.support import worker_in_process
@@ -287,3 +288,32 @@ async def test_a_corrupt_thread_record_is_named_when_a_thread_is_claimed(redis: 
         await store.create_thread("t-bad", "hank")
     with pytest.raises(CorruptDataError):
         await store.replace("hank", "# Hank", thread_id="t-bad")
+
+
+@pytest.mark.parametrize("forged", ["5", "0", "7 {fingerprint}"])
+async def test_an_idempotency_key_set_ahead_of_its_lane_reports_no_write_as_done(
+    redis: Redis, keys: Keys, forged: str
+) -> None:
+    """Any writer may SET another's idempotency key. A key holding a version the lane has
+    not reached (the fingerprint of the coming request included: it is computable) made
+    that request answer as a retry: success, version 5, and nothing stored. It is refused
+    now, naming the key, and the lane is untouched."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("alice", "# A")
+    fingerprint = request_fingerprint("replace", "markdown", "# B important")
+    await redis.set(keys.idempotency("r:alice", "K1"), forged.format(fingerprint=fingerprint))
+    with pytest.raises(CorruptDataError, match="no write made it") as caught:
+        await store.replace("alice", "# B important", idempotency_key="K1")
+    assert keys.idempotency("r:alice", "K1") in str(caught.value)
+    doc = await store.get("alice")
+    assert doc is not None and (doc.version, doc.data) == (1, "# A")
+    assert await store.replace("alice", "# B important", idempotency_key="K2") == 2  # a new key writes
+
+
+async def test_a_genuine_retry_still_answers_with_its_version(redis: Redis, keys: Keys) -> None:
+    """The check above reads the lane: a retry of a write the lane has since moved past is
+    still answered with the version it made."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    assert await store.replace("alice", "# A", idempotency_key="K1") == 1
+    assert await store.replace("alice", "# B") == 2
+    assert await store.replace("alice", "# A", idempotency_key="K1") == 1
