@@ -18,7 +18,7 @@ from typing import Any, cast
 import pydantic
 
 from signals.core.codec import decode_json
-from signals.core.memory import WorkingMemoryConfig
+from signals.core.memory import MAX_EVENT_CHARS, WorkingMemoryConfig
 from signals.core.models import Scope
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError
 from signals.streams.store import WorkingMemoryStore
@@ -57,13 +57,27 @@ def _describe(error: Any) -> str:
     return f"{field}: {message}" if field else message
 
 
-def read_text(path: str, what: str) -> str:
-    """The UTF-8 text of a file (``-``: stdin); unreadable or not UTF-8 is bad input naming the file."""
+#: The largest file (or standard input) a command reads: four bytes for each character
+#: of the largest write event a worker takes, so no document a worker could signal is
+#: refused here; past it, reading stops (a 2 GB file, or /dev/zero, was read whole first).
+MAX_INPUT_BYTES = 4 * MAX_EVENT_CHARS
+
+
+def read_text(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """The UTF-8 text of a file (``-``: stdin) of at most ``limit`` bytes; unreadable, larger
+    or not UTF-8 is bad input naming the file (a larger one is not read past the limit)."""
     name = "stdin" if path == "-" else path
     try:
-        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        if path == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with Path(path).open("rb") as file:
+                data = file.read(limit + 1)
     except OSError as e:
         raise InvalidInputError(f"{what} {name}: {e.strerror or e}") from e
+    if len(data) > limit:
+        raise InvalidInputError(f"{what} {name}: larger than {limit:,} bytes, more than any command takes "
+                                "(a worker signals no document over 4 Mi characters): nothing was read past that")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

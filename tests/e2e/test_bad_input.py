@@ -96,6 +96,24 @@ def test_a_markdown_file_that_is_not_utf8_is_bad_input(url: str, tmp_path: Path)
     assert_one_line(proc, 2, str(path), "not UTF-8")
 
 
+@pytest.mark.redis
+def test_a_file_larger_than_any_document_is_refused_without_reading_it_whole(url: str, tmp_path: Path) -> None:
+    """``write --file`` read the whole file before the size check (a sparse 1.5 GB file took
+    3 GB of memory; /dev/zero ended in a MemoryError). Reading stops past 16 MiB, the most a
+    worker could signal, and the write is bad input naming the file; nothing is stored."""
+    big = tmp_path / "big.md"
+    with big.open("wb") as file:
+        file.truncate(1 << 30)  # sparse: 1 GiB of zero bytes, no disk used
+    namespace = ns()
+    for source in (str(big), "/dev/zero"):
+        proc = wm("write", "--redis-url", url, "--namespace", namespace, "--resource", "alice", "--file", source)
+        assert_one_line(proc, 2, source, "larger than 16,777,216 bytes")
+    proc = wm("write", "--redis-url", url, "--namespace", namespace, "--resource", "alice", "--file", "-",
+              stdin=b"x" * ((16 << 20) + 1))
+    assert_one_line(proc, 2, "stdin", "larger than")
+    assert wm("get", "--redis-url", url, "--namespace", namespace, "--resource", "alice").returncode == 1  # none
+
+
 def test_a_scenario_file_that_is_not_utf8_is_bad_input(tmp_path: Path) -> None:
     """``simulate FILE`` with invalid UTF-8: exit 2 naming the file."""
     path = tmp_path / "scenario.json"
