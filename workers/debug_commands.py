@@ -28,7 +28,7 @@ from signals.streams.deliveries import DeliveryLog
 from signals.streams.export import decode_export, encode_export, read_export, write_export
 from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import Materialised, materialise, read_signals, trimmed_before
-from signals.streams.status import SCAN_LANES, inspect
+from signals.streams.status import SCAN_LANES, inspect, shown_name
 from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.commands import add_common_args, add_lane_args, lane_scope, run_async, settings_from
 from workers.display import OutputConsole, body, field, json_line, literal, signal_record
@@ -379,6 +379,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             busiest = ", ".join(f"{literal(lane)} ({n})" for lane, n in report.busiest)
             _console.print(f"busiest lanes (writes): {busiest}", markup=False)
         for p in report.partitions:
+            for problem in p.problems:
+                _console.print(f"partition {p.partition}: {literal(problem)}", markup=False)
             if p.scanned is not None:
                 _console.print(f"partition {p.partition}: lagging, bad and busiest lanes read from {p.scanned:,} of "
                                f"its {p.lanes:,} lanes (the report's scan limit; the figures are partial)",
@@ -396,11 +398,18 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _bad_lanes_status(report: Any) -> int:
     """``inspect``'s exit code once the whole report is out: 2 (malformed data read from
-    Redis) with one line on stderr when some lanes are bad, else 0."""
+    Redis) with one line on stderr when some lanes are bad or some partition keys have
+    another type, else 0."""
     bad = report.totals["bad"]
-    if not bad:
+    problems = [(p.partition, problem) for p in report.partitions for problem in p.problems]
+    if not bad and not problems:
         return 0
     sys.stdout.flush()
+    if problems:
+        partition, problem = problems[0]
+        print(f"wm-signals: {len(problems)} partition key(s) of another type in the report (malformed data in "
+              f"Redis), e.g. partition {partition}: {literal(problem)}", file=sys.stderr)
+        return 2
     first = report.bad_lanes[0]
     print(f"wm-signals: {bad} bad lane(s) in the report (malformed data in Redis), e.g. partition "
           f"{first.partition}: {literal(first.lane)}: {' '.join(literal(first.reason).split())}", file=sys.stderr)
@@ -410,7 +419,9 @@ def _bad_lanes_status(report: Any) -> int:
 def _partition_dict(p: Any) -> dict[str, Any]:
     return {"partition": p.partition, "streamLength": p.stream_length, "pending": p.pending, "lag": p.lag,
             "lanes": p.lanes, "bad": p.bad, "deadLetters": p.dead_letters, "scanned": p.scanned,
-            "consumers": [{"name": c.name, "pending": c.pending, "idleMs": c.idle_ms} for c in p.consumers]}
+            "problems": list(p.problems),  # consumer names are data: not UTF-8 is shown escaped, as in the table
+            "consumers": [{"name": shown_name(c.name), "pending": c.pending, "idleMs": c.idle_ms}
+                          for c in p.consumers]}
 
 
 def _cmd_dlq(args: argparse.Namespace) -> int:

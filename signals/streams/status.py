@@ -9,6 +9,7 @@ lag and the busiest lanes. One tenant's junk must not hide the namespace from it
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from redis import exceptions as redis_exc
@@ -55,6 +56,8 @@ class PartitionInfo:
     consumers: tuple[ConsumerInfo, ...]
     bad: int = 0
     scanned: int | None = None
+    problems: tuple[str, ...] = ()
+    """Keys of the partition the report could not read (another type): their figures read 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,21 +108,42 @@ async def inspect(redis: Client, keys: Keys, *, top: int = 10, scan: int = SCAN_
     parts = []
     lanes = _Lanes(top)
     for p in range(keys.partitions):
-        stream = keys.writes(p)
-        length = await redis.xlen(stream)
+        stream, lane_set, dead = keys.writes(p), keys.lanes(p), keys.dead_letters(p)
+        problems: list[str] = []
+        length = await _count(problems, stream, "stream", redis.xlen(stream))
         consumers: list[ConsumerInfo] = []
         pending = 0
         try:
             pending = int((await redis.xpending(stream, GROUP))["pending"])
             consumers = [ConsumerInfo(c["name"], int(c["pending"]), int(c["idle"]))
                          for c in await redis.xinfo_consumers(stream, GROUP)]
-        except redis_exc.ResponseError:  # no group yet: no worker ever started
+        except redis_exc.ResponseError:  # no group yet (no worker ever started), or not a stream (above)
             pass
-        lane_count = await redis.scard(keys.lanes(p))
-        lag, bad, scanned = await lanes.scan(redis, keys, p, scan)
-        parts.append(PartitionInfo(p, length, pending, lag, lane_count,
-                                   await redis.xlen(keys.dead_letters(p)), tuple(consumers), bad, scanned))
+        lane_count = await _count(problems, lane_set, "set", redis.scard(lane_set))
+        lag = bad = 0
+        scanned: int | None = None
+        if not problems or problems[-1] != _not_a(lane_set, "set"):
+            lag, bad, scanned = await lanes.scan(redis, keys, p, scan)
+        dead_letters = await _count(problems, dead, "stream", redis.xlen(dead))
+        parts.append(PartitionInfo(p, length, pending, lag, lane_count, dead_letters, tuple(consumers), bad, scanned,
+                                   tuple(problems)))
     return Report(tuple(parts), tuple(lanes.busiest), tuple(lanes.bad))
+
+
+def _not_a(key: str, kind: str) -> str:
+    return f"{key} is not a {kind}: its figures read 0 (an operator must delete or repair it)"
+
+
+async def _count(problems: list[str], key: str, kind: str, read: Awaitable[int]) -> int:
+    """A count of ``key`` (``read``, awaited here), or 0 with a problem noted when the key has another
+    type: one partition's junk key must not cost the operator the whole report."""
+    try:
+        return int(await read)
+    except redis_exc.ResponseError as e:
+        if "WRONGTYPE" not in str(e):
+            raise
+        problems.append(_not_a(key, kind))
+        return 0
 
 
 class _Lanes:

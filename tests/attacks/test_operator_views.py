@@ -246,3 +246,39 @@ async def test_a_lane_set_larger_than_the_scan_says_its_figures_are_partial(
             await _inspect_cli(capsys, redis_server, keys, "--scan", bad)
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and "--scan takes a number of lanes from 1" in err, (bad, err)
+
+
+async def test_a_partition_key_of_another_type_costs_the_report_nothing_else(
+    redis_server: RedisServer, redis: Redis, keys: Keys, as_role: Callable[[str], Client],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One partition's dead-letter stream or lane set of another type (a string) made
+    ``inspect`` exit 2 with Redis's WRONGTYPE, naming no key and printing no report; a
+    consumer name that is not UTF-8 made ``inspect --json`` fail to encode. Now the
+    report is whole: the key is named as a problem of its partition (its figures read 0),
+    the name is shown escaped, and the exit code is 2 once everything is out."""
+    await _two_lanes(redis, keys)
+    await redis.set(keys.dead_letters(0), "junk")
+    await redis.delete(keys.lanes(1))
+    await redis.set(keys.lanes(1), "junk")
+    stream = keys.writes(2)
+    await redis.xgroup_create(stream, "wm-workers", id="0", mkstream=True)
+    await redis.xadd(stream, {"junk": "1"})
+    await redis.xreadgroup("wm-workers", b"\xff\xfebad", {stream: ">"}, count=1)  # a consumer of that name
+
+    report = await inspect(as_role("operator"), keys)
+    assert report.partitions[0].problems == (f"{keys.dead_letters(0)} is not a stream: its figures read 0 "
+                                             "(an operator must delete or repair it)",)
+    assert report.partitions[1].problems[0].startswith(f"{keys.lanes(1)} is not a set")
+    assert report.partitions[1].lanes == 0 and not report.partitions[2].problems
+    assert ("r:bob", 2) in report.busiest or keys.partition("r:bob") == 1
+
+    code, out, err = await _inspect_cli(capsys, redis_server, keys)
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "2 partition key(s) of another type" in err and keys.dead_letters(0) in err
+    assert f"partition 1: {keys.lanes(1)} is not a set" in out and "namespace" in out
+    code, out, err = await _inspect_cli(capsys, redis_server, keys, "--json")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    body = json.loads(out)
+    assert body["partitions"][0]["problems"][0].startswith(keys.dead_letters(0))
+    assert {c["name"] for c in body["partitions"][2]["consumers"]} >= {"\\xff\\xfebad"}
