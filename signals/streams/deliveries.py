@@ -82,7 +82,8 @@ class DeliveryLog:
         """Append the step's additions (nothing when it added nothing).
 
         Raises:
-            CorruptDataError: the log's key holds something other than a stream (names it).
+            CorruptDataError: the log's key holds something other than a stream, or a stream
+                that takes no new entry (names it).
             RedisBusyError: Redis is out of memory.
         """
         if not result.add:
@@ -98,6 +99,11 @@ class DeliveryLog:
         except redis_exc.OutOfMemoryError as e:
             raise RedisBusyError(f"delivery log {stream}: Redis is out of memory: {e}") from e
         except redis_exc.ResponseError as e:  # the pipeline names the command: WRONGTYPE is inside
+            if "exhausted the last possible ID" in str(e):  # an entry with the largest id, added by hand
+                raise CorruptDataError(
+                    f"delivery log {stream} has run out of stream ids (an entry with the largest id was added by "
+                    "hand; any agent user may append to a thread's log): nothing was logged; an operator must "
+                    "delete the key (the log starts again empty)") from e
             if "WRONGTYPE" not in str(e):
                 raise
             raise CorruptDataError(f"delivery log {stream} is not a stream") from e

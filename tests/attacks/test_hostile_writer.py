@@ -317,3 +317,27 @@ async def test_a_genuine_retry_still_answers_with_its_version(redis: Redis, keys
     assert await store.replace("alice", "# A", idempotency_key="K1") == 1
     assert await store.replace("alice", "# B") == 2
     assert await store.replace("alice", "# A", idempotency_key="K1") == 1
+
+
+async def test_a_delivery_log_out_of_ids_is_named_not_a_bare_redis_error(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """Any agent user may append to any thread's delivery log. An entry with the largest
+    id there made every model call of that thread's agent loop fail with Redis's bare
+    "exhausted the last possible ID". It is a CorruptDataError naming the log and what to
+    do; once an operator deletes the key, the loop delivers the memory again."""
+    config = WorkingMemoryConfig(scope="thread")
+    store = WorkingMemoryStore(redis, keys=keys, config=config)
+    await store.create_thread("t1", "bob")
+    await store.replace("bob", "# Bob\n- likes tea", thread_id="t1")
+    async with worker_in_process(redis_server.url, keys):
+        await wait_caught_up(redis, keys)
+    await redis.xadd(keys.deliveries("t1"), {"e": "x"}, id=LARGEST_ID)
+    bob = AgentWorkingMemory(redis, keys, resource_id="bob", thread_id="t1", config=config)
+    await bob.start()
+    with pytest.raises(CorruptDataError, match="run out of stream ids") as caught:
+        await bob.before_model_call([])
+    assert keys.deliveries("t1") in str(caught.value)
+    await redis.delete(keys.deliveries("t1"))
+    result = await bob.before_model_call([])
+    assert "likes tea" in result.add[0].message["content"]
