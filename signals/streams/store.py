@@ -36,7 +36,7 @@ from redis import exceptions as redis_exc
 
 from signals._log import get_logger
 from signals.core.codec import invalid_utf8_at
-from signals.core.lane import parse_version
+from signals.core.lane import MAX_VERSION, parse_version
 from signals.core.lru import LRU
 from signals.core.memory import (
     WorkingMemoryConfig,
@@ -455,8 +455,13 @@ class WorkingMemoryStore:
         request: Callable[[], str],
     ) -> int:
         """Compute and write (``request``: the caller's request as text, fingerprinted with
-        an idempotency key; see :mod:`signals.streams.idempotency`)."""
+        an idempotency key; see :mod:`signals.streams.idempotency`). An ``if_version`` no
+        lane can be at (not an integer from 0 to 2**53) is bad input, not a conflict."""
         self._check_writable()
+        if if_version is not None and (isinstance(if_version, bool) or not isinstance(if_version, int)
+                                       or not 0 <= if_version <= MAX_VERSION):
+            raise InvalidInputError(f"if_version {if_version!r} is no lane's version (an integer from 0 to 2**53; "
+                                    "0: the lane has no document yet): nothing was written")
         fingerprint = self._fingerprint(idempotency_key, op, request)
         await self._check_namespace()
         ref, owner = await self._resolve_owner(ref)

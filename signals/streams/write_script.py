@@ -18,7 +18,7 @@ from typing import Literal
 from redis import exceptions as redis_exc
 
 from signals.core.codec import encode_json
-from signals.core.lane import parse_version
+from signals.core.lane import MAX_VERSION, parse_version
 from signals.core.memory import MAX_EVENT_CHARS, WorkingMemoryConfig
 from signals.core.models import Scope, WriteEvent
 from signals.errors import (
@@ -94,7 +94,11 @@ class WriteScript:
             DocumentTooLargeError: the event would be over
                 :data:`~signals.core.memory.MAX_EVENT_CHARS`, which workers refuse (a
                 writer's ``max_bytes`` is its own setting and may be larger).
+            InvalidInputError: the lane is at version 2**53 already.
         """
+        if version >= MAX_VERSION:  # only a version set by hand gets here; past it no reader reads the lane
+            raise InvalidInputError(f"{ref.lane} is at version {version:,}, the largest a lane takes (2**53): "
+                                    "nothing was written")
         now = now_iso()
         event = WriteEvent(lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
                            data=data, op=op, resource_id=ref.resource_id, thread_id=ref.thread_id,

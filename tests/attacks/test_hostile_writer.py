@@ -341,3 +341,28 @@ async def test_a_delivery_log_out_of_ids_is_named_not_a_bare_redis_error(
     await redis.delete(keys.deliveries("t1"))
     result = await bob.before_model_call([])
     assert "likes tea" in result.add[0].message["content"]
+
+
+@pytest.mark.parametrize("if_version", [-1, 2**53 + 1, True, 1.0])
+async def test_an_expected_version_no_lane_can_be_at_is_bad_input(
+    redis: Redis, keys: Keys, if_version: object
+) -> None:
+    """``if_version=-1`` (``write --if-version -1``) was a conflict (exit 3) naming the
+    lane's version; no lane is ever there: it is bad input, and nothing is written."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("alice", "# A")
+    with pytest.raises(InvalidInputError, match="is no lane's version"):
+        await store.replace("alice", "# B", if_version=if_version)  # type: ignore[arg-type]
+    assert (await store.get("alice")).version == 1  # type: ignore[union-attr]
+
+
+async def test_a_lane_at_the_largest_version_refuses_writes_and_stays_readable(redis: Redis, keys: Keys) -> None:
+    """A document version set by hand to 2**53 took one more write, stored 2**53 + 1, and
+    from then on every read and write of the lane failed. The write is refused now."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("alice", "# A")
+    await redis.hset(keys.doc("r:alice"), "version", str(2**53))
+    with pytest.raises(InvalidInputError, match="the largest a lane takes"):
+        await store.replace("alice", "# B")
+    doc = await store.get("alice")
+    assert doc is not None and (doc.version, doc.data) == (2**53, "# A")

@@ -382,3 +382,11 @@ def test_a_number_in_other_digits_or_too_long_is_bad_input(url: str, command: st
     unexpected error (exit 1). They are bad input: one line naming the flag, exit 2."""
     proc = wm(command, "--redis-url", url, "--namespace", ns(), *flags)
     assert_one_line(proc, 2, named)
+
+
+@pytest.mark.redis
+def test_write_if_version_below_zero_is_bad_input_not_a_conflict(url: str) -> None:
+    """``write --if-version -1`` exited 3 (conflict); no lane is at a negative version."""
+    proc = wm("write", "--redis-url", url, "--namespace", ns(), "--resource", "alice", "--markdown", "# A",
+              "--if-version", "-1")
+    assert_one_line(proc, 2, "if_version -1 is no lane's version")
