@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 from redis import exceptions as redis_exc
 
+from signals.streams.client import SERVER_CONDITIONS, relayed_error
+
 __all__ = ("WHOLE_SERVER", "is_whole_server", "raise_whole_server")
 
 #: Exception classes of whole-server conditions (redis-py maps ``LOADING`` to a
@@ -26,9 +28,6 @@ WHOLE_SERVER: tuple[type[Exception], ...] = (
     redis_exc.TryAgainError,
     redis_exc.ClusterDownError,
 )
-#: NOREPLICAS: a master with ``min-replicas-to-write`` that has lost its replicas (cut off
-#: during a failover) refuses writes until they are back.
-_PREFIXES = ("OOM", "LOADING", "MASTERDOWN", "BUSY", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
 
 
 def is_whole_server(error: BaseException) -> bool:
@@ -36,7 +35,7 @@ def is_whole_server(error: BaseException) -> bool:
     script relays it as a plain error reply)."""
     if isinstance(error, WHOLE_SERVER):
         return True
-    return isinstance(error, redis_exc.ResponseError) and str(error).lstrip("-").startswith(_PREFIXES)
+    return isinstance(error, redis_exc.ResponseError) and relayed_error(error).startswith(SERVER_CONDITIONS)
 
 
 def raise_whole_server(replies: Iterable[object]) -> None:

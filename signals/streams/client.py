@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,10 +33,9 @@ from signals.core._time import now_iso
 from signals.errors import InvalidInputError, RedisBusyError
 
 __all__ = (
-    "RESP_OPTIONS", "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError",
-    "RedisScriptBusyError", "TLSOptions",
-    "connect", "lindex", "lua", "now_iso", "queue_script", "redact_url", "smembers", "wrap_connection_class", "xrange",
-    "xread",
+    "RESP_OPTIONS", "SERVER_CONDITIONS", "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError",
+    "RedisReadOnlyError", "RedisScriptBusyError", "TLSOptions", "connect", "lindex", "lua", "now_iso",
+    "queue_script", "redact_url", "relayed_error", "smembers", "wrap_connection_class", "xrange", "xread",
 )
 
 Client = Redis | RedisCluster
@@ -302,6 +302,26 @@ class RedisScriptBusyError(redis_exc.ResponseError, RedisBusyError):
     ends or is killed (``BUSY``)."""
 
     condition = "busy running a script"
+
+
+#: The first words of the error replies about the whole server rather than one key: out of
+#: memory, loading, a failover or a cluster reconfiguring, a script past the busy
+#: threshold, a master cut off from the replicas ``min-replicas-to-write`` asks for.
+SERVER_CONDITIONS = ("OOM", "LOADING", "MASTERDOWN", "BUSY", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
+#: What Redis 6.2 puts before the error of a command a script ran: the script's location
+#: (``@user_script: 65: -OOM ...``), after its own words when the script raised it
+#: (``Error running script (call to f_<sha>): @user_script:65: @user_script: 65: -OOM ...``).
+#: Redis 7 relays the command's error as it is, with the location after it.
+_SCRIPT_LOCATION = re.compile(r"(?:Error running script \(call to f_[0-9a-f]+\): @user_script:\d+: )?"
+                              r"(?:@user_script: ?\d+: )?-?")
+
+
+def relayed_error(error: BaseException) -> str:
+    """An error reply's text as Redis 7 words it, beginning with its code (``OOM ...``,
+    ``NOREPLICAS ...``) also when Redis 6.2 relayed it from a script."""
+    text = str(error)
+    match = _SCRIPT_LOCATION.match(text)
+    return text[match.end():] if match else text
 
 
 _BUSY_REPLIES: dict[str, type[Exception]] = {

@@ -31,7 +31,7 @@ from signals.errors import (
     ThreadOwnerError,
     WmSignalsError,
 )
-from signals.streams.client import Client, lua, now_iso
+from signals.streams.client import SERVER_CONDITIONS, Client, lua, now_iso, relayed_error
 from signals.streams.durability import Durability, write_and_wait
 from signals.streams.keys import Keys
 
@@ -167,8 +167,11 @@ def _refused_call(lane: str, writes: str, e: redis_exc.ResponseError) -> Excepti
     if isinstance(e, redis_exc.NoPermissionError) or any(words in text for words in _ACL_REFUSALS):
         # the deployment's ACL, not the lane's data: as any other command's NOPERM (exit 1)
         return redis_exc.NoPermissionError(f"writing {lane}: the Redis user may not: {text}")
-    if text.startswith(("NOREPLICAS", "MASTERDOWN")):  # min-replicas-to-write, a replica cut off
-        return RedisBusyError(f"writing {lane}: Redis refused the write for now: {e}")
+    relayed = relayed_error(e)  # Redis 6.2 relays a command's OOM from a script as a plain error
+    if relayed.startswith("OOM"):
+        return RedisBusyError(f"writing {lane}: Redis is out of memory: {relayed}")
+    if relayed.startswith(SERVER_CONDITIONS):  # min-replicas-to-write, a replica cut off, a failover
+        return RedisBusyError(f"writing {lane}: Redis refused the write for now: {relayed}")
     if "exhausted the last possible ID" in text:  # see workers.maintenance: restarted by a worker
         return RedisBusyError(
             f"writing {lane}: the write stream {writes} has run out of stream ids (an entry with the largest id "

