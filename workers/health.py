@@ -39,6 +39,7 @@ worker except when the supervising parent of a child process has gone (orphans s
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import socket
 import time
@@ -295,6 +296,8 @@ class Monitor:
             lag, pending = group.get("lag"), group.get("pending")
             if isinstance(lag, int):  # None when Redis cannot tell (entries deleted mid-stream): kept
                 m.lag[p] = float(lag)
+            elif "lag" not in group:  # Redis before 7.0 does not count it: unknown, not 0
+                m.lag[p] = math.nan
             if isinstance(pending, int):
                 m.pending[p] = float(pending)
         m.dead_letter_length = float(sum(r for r in replies[n:] if isinstance(r, int)))

