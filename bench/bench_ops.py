@@ -78,14 +78,17 @@ async def _load(redis: Client, keys: Keys, writes: int, lanes: int) -> None:
         await pipe.execute()
 
 
-async def _drained(redis: Client, keys: Keys) -> bool:
+async def _drained(redis: Client, keys: Keys, ends: dict[str, str]) -> bool:
+    """Whether the group has delivered every stream up to its end (``ends``: each stream's
+    last id, read before the run) and nothing is pending. Not by the group's lag, which
+    Redis 6.2 does not count."""
     async with redis.pipeline(transaction=False) as pipe:
         for stream in keys.all_writes():
             pipe.xinfo_groups(stream)
         replies = await pipe.execute()
-    for groups in replies:
+    for stream, groups in zip(keys.all_writes(), replies, strict=True):
         group = next((g for g in groups if g["name"] == GROUP), None)
-        if group is None or group["pending"] or group["lag"] != 0:
+        if group is None or group["pending"] or group["last-delivered-id"] != ends[stream]:
             return False
     return True
 
@@ -126,15 +129,19 @@ async def _run(url: str, writes: int, lanes: int, *, metrics: bool, processes: i
                 await anyio.sleep(0.05)
         stop = threading.Event()
         scraper = threading.Thread(target=_scrape, args=(port, stop), daemon=True) if metrics else None
+        ends: dict[str, str] = {}
+        for stream in keys.all_writes():
+            last = await redis.xrevrange(stream, count=1)
+            ends[stream] = str(last[0][0]) if last else "0-0"
         async with redis.pipeline(transaction=False) as pipe:
             for stream in keys.all_writes():
-                pipe.xgroup_setid(stream, GROUP, "0", entries_read=0)
+                pipe.xgroup_setid(stream, GROUP, "0")
             await pipe.execute()
         start, cpu, server_cpu = time.perf_counter(), process_cpu_s(proc.pid), process_cpu_s(server_pid)
         if scraper:
             scraper.start()
         with anyio.fail_after(600):
-            while not await _drained(redis, keys):
+            while not await _drained(redis, keys, ends):
                 await anyio.sleep(0.01)
         elapsed = time.perf_counter() - start
         cpu, server_cpu = process_cpu_s(proc.pid) - cpu, process_cpu_s(server_pid) - server_cpu
