@@ -119,7 +119,7 @@ def _check_argv(argv: Sequence[str]) -> None:
             raise InvalidInputError(f"{where} is not valid UTF-8 ({byte} at position {e.start})") from e
 
 
-def _leaf(error: BaseException) -> BaseException:
+def leaf(error: BaseException) -> BaseException:
     """The first error inside (nested) exception groups: a task group's failure."""
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
@@ -147,10 +147,11 @@ def _redis_error(error: redis_exc.RedisError, command: str | None = None) -> tup
     return f"Redis: {error}", EXIT_ERROR
 
 
-def _report(error: BaseException, command: str | None = None) -> int:
+def report(error: BaseException, command: str | None = None) -> int:
     """Print one line for ``error`` on stderr (``command``: the one that was running); the
-    exit code it maps to."""
-    error = _leaf(error)
+    exit code it maps to (see the module). A ``--processes`` child reports its own end
+    with it, so that its reason and its code reach the supervisor's output and exit."""
+    error = leaf(error)
     if isinstance(error, KeyboardInterrupt):
         return 130
     if isinstance(error, BrokenPipeError):  # the reader went away (`| head`): nothing to say, like any filter
@@ -194,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_argv(argv)
     except InvalidInputError as e:
-        return _report(e)
+        return report(e)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "worker":
@@ -204,5 +205,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = handler(args)
         sys.stdout.flush()  # here, not at exit: a reader gone (`| head`) is reported as one (exit 141)
     except BaseException as e:  # noqa: BLE001 - the CLI's promise: one line and an exit code, never a traceback
-        return _report(e, args.command)
+        return report(e, args.command)
     return code

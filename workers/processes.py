@@ -25,6 +25,8 @@ cleanly. A child that exits on its own (a crash, Redis gone past
 ``reconnect_timeout_s``, killed) is not restarted: the supervisor stops the others and
 exits 1, leaving restarts to the platform (systemd, Kubernetes, compose), which also
 backs them off; a half-running worker is not hidden behind a healthy endpoint. A child
+ends as one process would: its reason as the CLI's one line on stderr, and its exit
+code; one that exits 2 (settings it cannot honour) makes the supervisor exit 2. A child
 whose supervisor died (SIGKILL) notices within ``health_interval_s`` and stops.
 """
 
@@ -154,7 +156,8 @@ def run_processes(settings: Settings, count: int) -> int:
 
 
 def _watch(children: list[Any], running: list[bool], stopping: list[int]) -> int:
-    """Wait for a stop signal (0) or a child's exit (1)."""
+    """Wait for a stop signal (0) or a child's exit (2 when a child exited 2, its settings
+    refused, as one process would; else 1)."""
     while not stopping:
         multiprocessing.connection.wait([c.sentinel for c in children], timeout=0.2)
         exited = [(i, c.exitcode) for i, c in enumerate(children) if c.exitcode is not None]
@@ -163,7 +166,7 @@ def _watch(children: list[Any], running: list[bool], stopping: list[int]) -> int
         if exited and not stopping:
             log.error("worker.process_exited", exited=[{"process": i, "exitcode": e} for i, e in exited],
                       note="stopping the other processes; the platform restarts the worker")
-            return 1
+            return 2 if any(e == 2 for _, e in exited) else 1
     return 0
 
 
@@ -194,9 +197,11 @@ def _child(settings: Settings, name: str, board: Board, shard: tuple[int, int], 
     try:
         code = run(functools.partial(serve_one, settings, name=name, board=board, slot=shard[0], shard=shard,
                                      parent=parent))
-    except BaseException as e:  # noqa: BLE001 - a child's end: one log line and an exit code
-        log.error("worker.failed", consumer=name, error=f"{type(e).__name__}: {e}")  # noqa: TRY400 - no traceback
-        code = 1
+    except BaseException as e:  # noqa: BLE001 - a child's end: its reason on one line, and the CLI's exit code
+        from workers.cli import leaf, report  # noqa: PLC0415 - the CLI's wording, imported only on this path
+
+        log.error("worker.failed", consumer=name, error=f"{type(leaf(e)).__name__}: {leaf(e)}")  # noqa: TRY400
+        code = report(e, "worker")  # 2 for settings it cannot honour (a partition count, say), as one process
     sys.exit(code)
 
 

@@ -416,3 +416,19 @@ async def test_readiness_fails_on_a_read_only_replica() -> None:
             await client.aclose()
         primary.stop()
         replica.stop()
+
+
+async def test_a_child_refusing_its_settings_gives_its_reason_and_exit_2(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A partition count other than the namespace's is refused at start with exit 2 and the
+    reason, by one process. Under ``--processes 2`` each child logged only "ExceptionGroup:
+    unhandled errors in a TaskGroup" and the supervisor exited 1: a restart loop with no
+    cause shown. Each child now says why, as one process does, and the supervisor exits 2."""
+    await WorkingMemoryStore(redis, keys=keys).replace("alice", "# A")  # records the namespace's count
+    wrong = str(keys.partitions * 2)
+    proc = _spawn(redis_server.url, keys, "--processes", "2", "--partitions", wrong)
+    code = await anyio.to_thread.run_sync(lambda: proc.wait(60))
+    log = _log(proc)
+    assert code == 2, log
+    assert f"uses {keys.partitions} partitions" in log and "ExceptionGroup" not in log, log
