@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     claim_idle_ms: int = Field(15_000, ge=100, le=7 * 86_400_000)  # past Redis's XAUTOCLAIM range it crashed
     maintenance_interval_s: float = Field(2.0, gt=0)
     max_attempts: int = Field(3, ge=1)
-    grace_s: float = Field(10.0, ge=0)
+    grace_s: float = Field(10.0, ge=0, le=86_400)  # the --processes supervisor waits grace_s + 5 for a child
     reconnect_timeout_s: float = Field(300.0, gt=0)
     consumer_name: str | None = None
     log_format: Literal["auto", "json", "console"] = "auto"

@@ -95,6 +95,8 @@ async def test_readyz_fails_while_redis_is_out_of_memory(keys: Keys) -> None:
     ("WM_SIGNALS_GRACE_S", "inf", "grace_s"),
     ("WM_SIGNALS_RECONNECT_TIMEOUT_S", "inf", "reconnect_timeout_s"),
     ("WM_SIGNALS_CLAIM_IDLE_MS", "99999999999999999999", "claim_idle_ms"),
+    # finite, but past what the --processes supervisor can wait for a child (OverflowError at the stop)
+    ("WM_SIGNALS_GRACE_S", "2200000", "grace_s"),
 ])
 def test_a_worker_setting_it_cannot_honour_is_refused(redis_server: RedisServer, keys: Keys, variable: str,
                                                       value: str, setting: str) -> None:
