@@ -135,10 +135,13 @@ _ROLES = {"worker": "the worker role", "write": "the writer or agent role", "get
 
 def _redis_error(error: redis_exc.RedisError, command: str | None = None) -> tuple[str, int]:
     """A Redis refusal: a key holding the wrong type of value is corrupt data in Redis, that is
-    bad input like a corrupt document (exit 2); a refusal by the ACL names the role the
-    command needs; anything else is exit 1."""
+    bad input like a corrupt document (exit 2), and so is a refused login (the credentials
+    are a setting); a refusal by the ACL names the role the command needs; anything else is
+    exit 1."""
     if isinstance(error, redis_exc.ResponseError) and str(error).startswith("WRONGTYPE"):
         return f"corrupt data in Redis (a key holds the wrong type of value): {error}", EXIT_BAD_INPUT
+    if isinstance(error, redis_exc.AuthenticationError):  # as open_client words it, from inside a task group too
+        return f"Redis refused the login: {error} (check the URL's user and password)", EXIT_BAD_INPUT
     if isinstance(error, redis_exc.NoPermissionError) and command:
         role = _ROLES.get(command)
         hint = f"run it as {role}" if role else "see the ACL users in deploy/README.md"

@@ -32,7 +32,12 @@ WHOLE_SERVER: tuple[type[Exception], ...] = (
 
 def is_whole_server(error: BaseException) -> bool:
     """Whether ``error`` is about the server rather than one lane (also when a Lua
-    script relays it as a plain error reply)."""
+    script relays it as a plain error reply), and passes: backing off waits it out. A
+    refused login is not (redis-py's AuthenticationError is a ConnectionError): waiting
+    does not change the credentials, so the worker stops at once, saying so (exit 2),
+    rather than looking like an outage for ``reconnect_timeout_s``."""
+    if isinstance(error, redis_exc.AuthenticationError):
+        return False
     if isinstance(error, WHOLE_SERVER):
         return True
     return isinstance(error, redis_exc.ResponseError) and relayed_error(error).startswith(SERVER_CONDITIONS)

@@ -10,6 +10,7 @@ loops, operator. Tests start private servers loaded with the generated file plus
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import socket
@@ -600,3 +601,18 @@ def test_deploy_acl_command(tmp_path: Path) -> None:
         assert proc.returncode == 2, (bad, proc.stderr)
         assert proc.stderr.startswith("wm-signals: ") and len(proc.stderr.splitlines()) == 1
     assert _cli("--namespace", "no spaces").returncode == 2
+
+
+async def test_a_worker_with_a_wrong_password_stops_at_once_naming_the_login(server: RedisServer) -> None:
+    """``write`` with a wrong password exited 2 at once, but a worker took the refusal for an
+    outage: it backed off for ``reconnect_timeout_s`` (5 minutes by default) and then exited
+    1 with "Redis unreachable". A refused login does not pass by waiting: the worker stops
+    at once, exit 2, saying the login was refused."""
+    url = f"redis://wm-worker:not-the-password@127.0.0.1:{server.port}/0"
+    env = {**os.environ, "WM_SIGNALS_RECONNECT_TIMEOUT_S": "60"}
+    with anyio.fail_after(30):  # well within the back-off it used to wait out
+        proc = await anyio.run_process([sys.executable, "-m", "workers", "worker", "--redis-url", url,
+                                        "--namespace", "wm"], cwd=ROOT, check=False, env=env)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert "refused the login" in err.splitlines()[-1] and "not-the-password" not in err, err
