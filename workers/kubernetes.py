@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 
@@ -181,8 +182,13 @@ def deployment(options: Options) -> dict[str, Any]:
     ``kubectl apply`` would otherwise reset it); without KEDA it runs one worker.
 
     The Redis URL is assembled from the Secret with Kubernetes' ``$(VAR)`` expansion, so the
-    password must be URL-safe (``deploy acl`` makes ``token_urlsafe`` passwords).
+    password must be URL-safe (``deploy acl`` makes ``token_urlsafe`` passwords). So must
+    the user name: a namespace may hold ``:``, which in a URL ends the user name (the worker
+    of namespace ``a:b`` logged in as user ``a``). Such a name is written into the URL
+    percent-encoded instead (the expansion cannot encode), as redis-py decodes it.
     """
+    user = user_name(options.keys, "worker")
+    url_user = "$(WM_REDIS_USERNAME)" if quote(user, safe="") == user else quote(user, safe="")
     env = [
         {"name": "WM_SIGNALS_NAMESPACE", "value": options.keys.namespace},
         {"name": "WM_SIGNALS_PARTITIONS", "value": str(options.keys.partitions)},
@@ -192,7 +198,7 @@ def deployment(options: Options) -> dict[str, Any]:
         _secret_env(options, "WM_REDIS_USERNAME", "username"),
         _secret_env(options, "WM_REDIS_PASSWORD", "password"),
         {"name": "WM_SIGNALS_REDIS_URL",
-         "value": f"redis://$(WM_REDIS_USERNAME):$(WM_REDIS_PASSWORD)@{options.addresses()[0]}/0"},
+         "value": f"redis://{url_user}:$(WM_REDIS_PASSWORD)@{options.addresses()[0]}/0"},
     ]
     if options.cluster:
         env.append({"name": "WM_SIGNALS_CLUSTER", "value": "true"})

@@ -18,6 +18,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from redis.connection import parse_url
 
 from signals.errors import InvalidInputError
 from signals.streams.acl import ROLES, acl_users, user_name
@@ -227,3 +228,13 @@ def test_output_onto_a_file_is_refused(tmp_path: Path) -> None:
     target.write_text("keep")
     proc = _cli("-o", str(target))
     assert proc.returncode == 2 and "not a directory" in proc.stderr and target.read_text() == "keep"
+
+
+def test_a_namespace_with_a_colon_gets_a_url_its_worker_can_log_in_with() -> None:
+    """Namespace ``a:b`` (valid) has the worker user ``a:b-worker``; in the URL template a ``:``
+    ends the user name, so the worker logged in as ``a`` with password ``b-worker:<pw>`` and
+    was refused. The name is percent-encoded into the URL, as redis-py decodes it."""
+    [container] = kubernetes.deployment(Options(Keys("a:b", 4)))["spec"]["template"]["spec"]["containers"]
+    url = {e["name"]: e.get("value") for e in container["env"]}["WM_SIGNALS_REDIS_URL"]
+    parsed = parse_url(url.replace("$(WM_REDIS_PASSWORD)", "pw"))
+    assert (parsed["username"], parsed["password"]) == ("a:b-worker", "pw")
