@@ -218,7 +218,7 @@ def test_a_malformed_delivery_log_entry_is_bad_input(url: str) -> None:
 def test_corrupt_data_maps_to_exit_2() -> None:
     """CorruptDataError, however deep in a task group, is bad input: exit 2."""
     group = ExceptionGroup("task group", [ExceptionGroup("inner", [CorruptDataError("doc r:x: version 'abc'")])])
-    assert cli._report(group) == 2
+    assert cli.report(group) == 2
 
 
 # --- a whole-server condition is not bad input ---------------------------------------------------------
