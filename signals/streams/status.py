@@ -119,19 +119,16 @@ async def inspect(redis: Client, keys: Keys, *, top: int = 10, scan: int = SCAN_
                          for c in await redis.xinfo_consumers(stream, GROUP)]
         except redis_exc.ResponseError:  # no group yet (no worker ever started), or not a stream (above)
             pass
+        known = len(problems)
         lane_count = await _count(problems, lane_set, "set", redis.scard(lane_set))
         lag = bad = 0
         scanned: int | None = None
-        if not problems or problems[-1] != _not_a(lane_set, "set"):
+        if len(problems) == known:  # a lane set to scan
             lag, bad, scanned = await lanes.scan(redis, keys, p, scan)
         dead_letters = await _count(problems, dead, "stream", redis.xlen(dead))
         parts.append(PartitionInfo(p, length, pending, lag, lane_count, dead_letters, tuple(consumers), bad, scanned,
                                    tuple(problems)))
     return Report(tuple(parts), tuple(lanes.busiest), tuple(lanes.bad))
-
-
-def _not_a(key: str, kind: str) -> str:
-    return f"{key} is not a {kind}: its figures read 0 (an operator must delete or repair it)"
 
 
 async def _count(problems: list[str], key: str, kind: str, read: Awaitable[int]) -> int:
@@ -142,7 +139,7 @@ async def _count(problems: list[str], key: str, kind: str, read: Awaitable[int])
     except redis_exc.ResponseError as e:
         if "WRONGTYPE" not in str(e):
             raise
-        problems.append(_not_a(key, kind))
+        problems.append(f"{key} is not a {kind}: its figures read 0 (an operator must delete or repair it)")
         return 0
 
 
