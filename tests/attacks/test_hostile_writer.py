@@ -108,11 +108,7 @@ async def test_an_agent_loop_on_another_resources_thread_sees_nothing_of_it(
     and appended her deliveries to Bob's thread's delivery log. Now the loop refuses the
     thread before it reads or logs anything, in either scope, and so does store.get."""
     config = WorkingMemoryConfig(scope="thread")
-    store = WorkingMemoryStore(redis, keys=keys, config=config)
-    await store.create_thread("shared-1", "bob")
-    await store.replace("bob", "# Bob's trip\n- passport X1234567", thread_id="shared-1")
-    async with worker_in_process(redis_server.url, keys):
-        await wait_caught_up(redis, keys)
+    store = await _bobs_thread(redis_server, redis, keys, "shared-1", "# Bob's trip\n- passport X1234567")
     for delivery in ("state-signals", "system-message"):
         alice = AgentWorkingMemory(redis, keys, resource_id="alice", thread_id="shared-1", config=config,
                                    delivery=delivery)  # type: ignore[arg-type]
@@ -327,11 +323,7 @@ async def test_a_delivery_log_out_of_ids_is_named_not_a_bare_redis_error(
     "exhausted the last possible ID". It is a CorruptDataError naming the log and what to
     do; once an operator deletes the key, the loop delivers the memory again."""
     config = WorkingMemoryConfig(scope="thread")
-    store = WorkingMemoryStore(redis, keys=keys, config=config)
-    await store.create_thread("t1", "bob")
-    await store.replace("bob", "# Bob\n- likes tea", thread_id="t1")
-    async with worker_in_process(redis_server.url, keys):
-        await wait_caught_up(redis, keys)
+    await _bobs_thread(redis_server, redis, keys, "t1", "# Bob\n- likes tea")
     await redis.xadd(keys.deliveries("t1"), {"e": "x"}, id=LARGEST_ID)
     bob = AgentWorkingMemory(redis, keys, resource_id="bob", thread_id="t1", config=config)
     await bob.start()
@@ -366,3 +358,13 @@ async def test_a_lane_at_the_largest_version_refuses_writes_and_stays_readable(r
         await store.replace("alice", "# B")
     doc = await store.get("alice")
     assert doc is not None and (doc.version, doc.data) == (2**53, "# A")
+
+
+async def _bobs_thread(server: RedisServer, redis: Redis, keys: Keys, thread: str, text: str) -> WorkingMemoryStore:
+    """Bob's thread ``thread`` holding ``text``, signalled by a worker; the thread-scope store."""
+    store = WorkingMemoryStore(redis, keys=keys, config=WorkingMemoryConfig(scope="thread"))
+    await store.create_thread(thread, "bob")
+    await store.replace("bob", text, thread_id=thread)
+    async with worker_in_process(server.url, keys):
+        await wait_caught_up(redis, keys)
+    return store
