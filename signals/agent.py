@@ -194,9 +194,17 @@ class AgentWorkingMemory:
         """Take in the lane's new signals (non-blocking unless ``block_ms``).
 
         With system-message delivery no signal is read: returns ``[]``.
+
+        Raises:
+            ThreadOwnerError: the thread belongs to another resource. A thread with no owner
+                when the loop started is checked again at every poll until it has one: the
+                first write claims it, and another resource's write made this loop deliver
+                that resource's memory (and log it in the thread's delivery log).
         """
         if self.delivery == "system-message":
             return []
+        if self.thread_id is not None:  # at every read: a thread unowned at start may have been claimed since
+            await self.store.check_owner(self.thread_id, self.resource_id)  # no round trip once it is ours
         items = await self.subscription.poll(block_ms)
         self._offer(items)
         return items

@@ -368,3 +368,39 @@ async def _bobs_thread(server: RedisServer, redis: Redis, keys: Keys, thread: st
     async with worker_in_process(server.url, keys):
         await wait_caught_up(redis, keys)
     return store
+
+
+@pytest.mark.parametrize("scope", ["thread", "resource"])
+async def test_a_loop_started_on_an_unowned_thread_is_refused_once_another_resource_claims_it(
+    redis_server: RedisServer, redis: Redis, keys: Keys, scope: str
+) -> None:
+    """Bob's loop started on thread t1 while nobody owned it (the owner check passed); Alice's
+    first write then claimed t1. Bob's running loop went on reading the thread's lane: in
+    thread scope Alice's memory reached Bob's model, and in either scope Bob's deliveries
+    went into Alice's thread's delivery log. The owner is checked again at every call until
+    the thread has one."""
+    config = WorkingMemoryConfig(scope=scope)  # type: ignore[arg-type]
+    bob = AgentWorkingMemory(redis, keys, resource_id="bob", thread_id="t1", config=config)
+    await bob.start()
+    alice = WorkingMemoryStore(redis, keys=keys, config=config)
+    await alice.replace("alice", "# Alice\n- passport 123", thread_id="t1")
+    if scope == "resource":
+        await WorkingMemoryStore(redis, keys=keys).replace("bob", "# Bob\n- likes tea")
+    async with worker_in_process(redis_server.url, keys):
+        await wait_caught_up(redis, keys)
+    with pytest.raises(ThreadOwnerError, match="belongs to resource 'alice'"):
+        await bob.before_model_call([])
+    with pytest.raises(ThreadOwnerError):
+        await bob.poll()
+    assert await redis.xlen(keys.deliveries("t1")) == 0
+
+
+async def test_a_loop_on_its_own_thread_checks_the_owner_once(redis: Redis, keys: Keys) -> None:
+    """The check is remembered once the thread is the loop's own: no read per call."""
+    config = WorkingMemoryConfig(scope="thread")
+    await WorkingMemoryStore(redis, keys=keys, config=config).create_thread("t2", "bob")
+    bob = AgentWorkingMemory(redis, keys, resource_id="bob", thread_id="t2", config=config)
+    await bob.start()
+    await redis.delete(keys.thread("t2"))  # were it read again, the thread would now read as unowned
+    await redis.hset(keys.thread("t2"), "resource", "mallory")
+    assert (await bob.before_model_call([])).add == ()
