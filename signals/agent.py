@@ -214,12 +214,17 @@ class AgentWorkingMemory:
 
         State signals: new signals, window check, the messages to add (and drop).
         System message: the whole working memory as ``system`` (``held_ids`` unused).
+
+        Raises:
+            InvalidInputError: ``held_ids`` is not a collection of message ids (strings): a
+                bare id string was read as its characters, so the loop re-sent what it held.
         """
         await self._resume_steps()  # when start() was not called
         if self.delivery == "system-message":
             return await self._system_call()
+        held = _held_ids(held_ids)
         await self.poll()
-        result = self.window.step(set(held_ids))
+        result = self.window.step(held)
         if self.log is not None and self.thread_id is not None and result.add:
             await self.log.record(self.thread_id, self.lane, result)
         return ModelCallResult(result.step, result.add, result.drop, result.window)
@@ -287,3 +292,16 @@ class AgentWorkingMemory:
                     "error": f"the tool arguments must be a JSON object, got {type(arguments).__name__}"}
         return await handle_tool_call(self.store, arguments, resource_id=self.resource_id,
                                       thread_id=self.thread_id)
+
+
+def _held_ids(held_ids: object) -> set[str]:
+    """The message ids a loop holds, checked: an iterable of strings (not one string)."""
+    if isinstance(held_ids, (str, bytes)) or not isinstance(held_ids, Iterable):
+        raise InvalidInputError(f"held_ids must be a collection of message ids (strings), not "
+                                f"{type(held_ids).__name__}")
+    held = set()
+    for item in held_ids:
+        if not isinstance(item, str):
+            raise InvalidInputError(f"held_ids must hold message ids (strings), not {type(item).__name__}")
+        held.add(item)
+    return held

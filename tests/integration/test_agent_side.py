@@ -357,3 +357,14 @@ async def test_system_message_delivery(redis_server: RedisServer, redis: Redis, 
     result = await reader.before_model_call([])
     assert result.system is not None and _doc(2) in result.system["content"]
     assert "setWorkingMemory" not in result.system["content"] and result.add == ()
+
+
+@pytest.mark.parametrize("held", [None, 5, [["id"]], "wm:r:u1:v1", b"wm:r:u1:v1", [1]])
+async def test_held_ids_that_are_not_message_ids_are_bad_input(redis: Redis, keys: Keys, held: object) -> None:
+    """``before_model_call`` took ``held_ids`` as it came: None or a number raised a bare
+    TypeError, and a bare id string was split into characters, so the loop re-sent the
+    snapshot it held (a version twice in the window). It is InvalidInputError now."""
+    agent = AgentWorkingMemory(redis, keys, resource_id="u1")
+    await agent.start()
+    with pytest.raises(InvalidInputError, match="held_ids must"):
+        await agent.before_model_call(held)  # type: ignore[arg-type]
