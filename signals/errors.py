@@ -66,7 +66,8 @@ class SchemaValidationError(InvalidInputError):
 
 
 class EmptyTemplateOverwriteError(InvalidInputError):
-    """Raised when a template-mode write equals the empty template while data exists (no data loss)."""
+    """Raised when a template-mode write equals the empty template, or is blank, while data
+    exists (no data loss)."""
 
 
 class DocumentTooLargeError(InvalidInputError):

@@ -30,6 +30,7 @@ import msgspec
 import pydantic
 from jsonschema import Draft202012Validator
 
+from signals.core.cachekey import js_trim
 from signals.core.codec import decode_json, encode_json
 from signals.core.merge import check_json_value, deep_merge, normalise_numbers
 from signals.core.models import Format, Scope
@@ -132,7 +133,8 @@ def template_text(new: object) -> str:
 
 
 def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -> str:
-    """Template mode: the new document, after the empty-template guard and the size check."""
+    """Template mode: the new document, after the empty-template and blank guards and the
+    size check (a blank write over existing data is refused as the empty template is)."""
     new = template_text(new)
     try:
         new.encode("utf-8")
@@ -147,6 +149,13 @@ def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -
                 "refused: the write equals the empty template and would erase existing "
                 "working memory"
             )
+    if existing and js_trim(existing) and not js_trim(new):
+        # blank data is no signal (Mastra's rule): the model would keep the old text, and a new
+        # window would be given the last snapshot, of memory the write reported as erased
+        raise EmptyTemplateOverwriteError(
+            "refused: the write is blank and would erase existing working memory (no signal carries "
+            "a blank memory, so the model would keep the old text); to clear it, write a document that "
+            "says it is empty")
     check_size(new, config.max_bytes)
     return new
 

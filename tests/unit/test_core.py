@@ -206,6 +206,18 @@ def test_empty_template_overwrite_is_refused() -> None:
     assert apply_replace(None, DEFAULT_TEMPLATE, cfg) == DEFAULT_TEMPLATE
 
 
+@pytest.mark.parametrize("blank", ["", " \n\t ", "\ufeff\u2028"])
+def test_a_blank_write_over_real_data_is_refused(blank: str) -> None:
+    """A blank write was stored (version 2) but emits no signal (Mastra's rule): the model kept
+    the old text, and a new window was given the last snapshot of memory reported erased.
+    It is refused as the empty template is; a blank lane may still be written blank."""
+    cfg = WorkingMemoryConfig()
+    with pytest.raises(EmptyTemplateOverwriteError, match="blank"):
+        apply_replace("# U1\n- allergic to peanuts", blank, cfg)
+    apply_replace(None, blank, cfg)  # no data to lose: not refused
+    apply_replace(" \n", blank, cfg)
+
+
 def test_oversized_document_is_refused() -> None:
     """Documents over the size limit are refused with their size."""
     with pytest.raises(DocumentTooLargeError, match="over the limit of 10 bytes"):
