@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
+from redis import exceptions as redis_exc
 
 from signals._log import get_logger
 from signals.core.cachekey import cache_key, js_trim
@@ -34,7 +35,7 @@ from signals.core.system_message import TemplateProvider, working_memory_system_
 from signals.core.tokens import TokenCounter, approx_tokens
 from signals.core.window import Injection, StepResult, WindowTracker
 from signals.errors import CorruptDataError, InvalidInputError
-from signals.streams.client import Client
+from signals.streams.client import Client, acl_refused
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import Materialised
@@ -175,7 +176,7 @@ class AgentWorkingMemory:
             if self._resumed:
                 return
             if self.thread_id is not None:  # before anything is read for the model or logged
-                await self.store.check_owner(self.thread_id, self.resource_id)
+                await self._own_thread(self.thread_id)
             if self.log is not None and self.thread_id is not None:
                 try:
                     last = await self.log.last_step(self.thread_id)  # a Redis error: not resumed, tried again
@@ -185,6 +186,23 @@ class AgentWorkingMemory:
                 self.window.resume(last)
                 self._steps = max(self._steps, last)
             self._resumed = True
+
+    async def _own_thread(self, thread_id: str) -> None:
+        """Refuse a thread another resource owns. A loop that may write claims an unowned
+        thread for its resource (its conversation is its user's from the first call): no
+        other resource's write can claim it later, and the owner is not read again. A
+        read-only loop (or one whose Redis user may not create thread records) only checks,
+        and :meth:`poll` checks again at every call until the thread has an owner."""
+        if not self.read_only:
+            try:
+                await self.store.threads.claim(thread_id, self.resource_id)
+            except redis_exc.ResponseError as e:
+                if not acl_refused(e):
+                    raise
+                logger.debug("agent.thread_not_claimed", thread_id=thread_id, reason=str(e))  # a reader's user
+            else:
+                return
+        await self.store.check_owner(thread_id, self.resource_id)
 
     def _offer(self, items: Iterable[Materialised]) -> None:
         for item in items:

@@ -34,7 +34,7 @@ from signals.errors import InvalidInputError, RedisBusyError
 
 __all__ = (
     "RESP_OPTIONS", "SERVER_CONDITIONS", "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError",
-    "RedisReadOnlyError", "RedisScriptBusyError", "TLSOptions", "connect", "lindex", "lua", "now_iso",
+    "RedisReadOnlyError", "RedisScriptBusyError", "TLSOptions", "acl_refused", "connect", "lindex", "lua", "now_iso",
     "queue_script", "redact_url", "relayed_error", "smembers", "wrap_connection_class", "xrange", "xread",
 )
 
@@ -314,6 +314,17 @@ SERVER_CONDITIONS = ("OOM", "LOADING", "MASTERDOWN", "BUSY", "READONLY", "TRYAGA
 #: Redis 7 relays the command's error as it is, with the location after it.
 _SCRIPT_LOCATION = re.compile(r"(?:Error running script \(call to f_[0-9a-f]+\): @user_script:\d+: )?"
                               r"(?:@user_script: ?\d+: )?-?")
+
+
+#: How Redis words a script's command that the caller's ACL refuses (a plain error reply
+#: from inside a script, not NOPERM).
+_ACL_REFUSALS = ("NOPERM", "can't run this command", "can't access at least one of the keys", "No permissions")
+
+
+def acl_refused(error: BaseException) -> bool:
+    """Whether ``error`` is the deployment's ACL refusing a command (a script's too)."""
+    return isinstance(error, redis_exc.NoPermissionError) or (
+        isinstance(error, redis_exc.ResponseError) and any(words in str(error) for words in _ACL_REFUSALS))
 
 
 def relayed_error(error: BaseException) -> str:

@@ -88,6 +88,7 @@ class ThreadOwners:
             raise ThreadOwnerError(
                 f"thread {thread_id!r} belongs to resource {owner_record(key, recorded)!r}, not {resource_id!r}"
             )
+        self._checked.put(thread_id, resource_id)  # ours from now on: an owner never changes
 
 
 def owner_record(key: str, owner: str) -> str:

@@ -31,7 +31,7 @@ from signals.errors import (
     ThreadOwnerError,
     WmSignalsError,
 )
-from signals.streams.client import SERVER_CONDITIONS, Client, lua, now_iso, relayed_error
+from signals.streams.client import SERVER_CONDITIONS, Client, acl_refused, lua, now_iso, relayed_error
 from signals.streams.durability import Durability, write_and_wait
 from signals.streams.keys import Keys
 
@@ -156,15 +156,10 @@ class WriteScript:
         return None
 
 
-#: How Redis words a script's command that the caller's ACL refuses (a plain error reply
-#: from inside a script, not NOPERM).
-_ACL_REFUSALS = ("NOPERM", "can't run this command", "can't access at least one of the keys", "No permissions")
-
-
 def _refused_call(lane: str, writes: str, e: redis_exc.ResponseError) -> Exception:
     """This library's error for a call Redis answered with ``e``."""
     text = str(e)
-    if isinstance(e, redis_exc.NoPermissionError) or any(words in text for words in _ACL_REFUSALS):
+    if acl_refused(e):
         # the deployment's ACL, not the lane's data: as any other command's NOPERM (exit 1)
         return redis_exc.NoPermissionError(f"writing {lane}: the Redis user may not: {text}")
     relayed = relayed_error(e)  # Redis 6.2 relays a command's OOM from a script as a plain error

@@ -374,13 +374,13 @@ async def _bobs_thread(server: RedisServer, redis: Redis, keys: Keys, thread: st
 async def test_a_loop_started_on_an_unowned_thread_is_refused_once_another_resource_claims_it(
     redis_server: RedisServer, redis: Redis, keys: Keys, scope: str
 ) -> None:
-    """Bob's loop started on thread t1 while nobody owned it (the owner check passed); Alice's
-    first write then claimed t1. Bob's running loop went on reading the thread's lane: in
-    thread scope Alice's memory reached Bob's model, and in either scope Bob's deliveries
-    went into Alice's thread's delivery log. The owner is checked again at every call until
-    the thread has one."""
+    """Bob's read-only loop started on thread t1 while nobody owned it (the owner check
+    passed); Alice's first write then claimed t1. Bob's running loop went on reading the
+    thread's lane: in thread scope Alice's memory reached Bob's model, and in either scope
+    Bob's deliveries went into Alice's thread's delivery log. A read-only loop checks the
+    owner again at every call until the thread has one."""
     config = WorkingMemoryConfig(scope=scope)  # type: ignore[arg-type]
-    bob = AgentWorkingMemory(redis, keys, resource_id="bob", thread_id="t1", config=config)
+    bob = AgentWorkingMemory(redis, keys, resource_id="bob", thread_id="t1", config=config, read_only=True)
     await bob.start()
     alice = WorkingMemoryStore(redis, keys=keys, config=config)
     await alice.replace("alice", "# Alice\n- passport 123", thread_id="t1")
@@ -393,6 +393,20 @@ async def test_a_loop_started_on_an_unowned_thread_is_refused_once_another_resou
     with pytest.raises(ThreadOwnerError):
         await bob.poll()
     assert await redis.xlen(keys.deliveries("t1")) == 0
+
+
+@pytest.mark.parametrize("scope", ["thread", "resource"])
+async def test_a_loop_that_may_write_claims_its_unowned_thread(redis: Redis, keys: Keys, scope: str) -> None:
+    """A loop that may write claims the thread for its resource at start: another resource's
+    later write to it is refused, and the loop reads no owner record again."""
+    config = WorkingMemoryConfig(scope=scope)  # type: ignore[arg-type]
+    bob = AgentWorkingMemory(redis, keys, resource_id="bob", thread_id="t1", config=config)
+    await bob.start()
+    assert await redis.hget(keys.thread("t1"), "resource") == "bob"
+    with pytest.raises(ThreadOwnerError, match="belongs to resource 'bob'"):
+        await WorkingMemoryStore(redis, keys=keys, config=WorkingMemoryConfig(scope="thread")).replace(
+            "alice", "# Alice", thread_id="t1")
+    assert (await bob.before_model_call([])).add == ()
 
 
 async def test_a_loop_on_its_own_thread_checks_the_owner_once(redis: Redis, keys: Keys) -> None:
