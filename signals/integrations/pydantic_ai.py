@@ -78,6 +78,7 @@ try:
     )
     from pydantic_ai.tools import RunContext, Tool
     from pydantic_ai.toolsets import FunctionToolset
+    from pydantic_core import SchemaValidator, core_schema
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("signals.integrations.pydantic_ai needs PydanticAI: pip install 'wm-signals[pydantic-ai]'") from e
 
@@ -156,10 +157,26 @@ def working_memory_tool(memory: AgentWorkingMemory) -> Tool[Any] | None:
         return None
 
     async def set_working_memory(**arguments: Any) -> dict[str, Any]:
+        if set(arguments) == {_NOT_AN_OBJECT}:
+            return await memory.call_tool(arguments[_NOT_AN_OBJECT])  # refused, as a result naming the value
         return await memory.call_tool(arguments)
 
-    return Tool.from_schema(set_working_memory, name=spec.name, description=spec.description,
+    tool = Tool.from_schema(set_working_memory, name=spec.name, description=spec.description,
                             json_schema=spec.parameters)
+    # from_schema takes any JSON value as the arguments and PydanticAI unpacks it into the
+    # function: a model sending a list, a string or null made the whole run raise. A value
+    # that is not an object is passed through under a name of its own, so that the agent
+    # refuses it as for any other loop: a tool result the model reads, not an exception.
+    tool.function_schema.validator = SchemaValidator(core_schema.no_info_plain_validator_function(_as_arguments))
+    return tool
+
+
+#: The argument under which tool arguments that are not a JSON object reach the function.
+_NOT_AN_OBJECT = "__wm_signals_not_an_object__"
+
+
+def _as_arguments(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {_NOT_AN_OBJECT: value}
 
 
 @dataclass

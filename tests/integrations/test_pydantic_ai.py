@@ -239,6 +239,29 @@ async def test_schema_mode_tool(redis: Redis, keys: Keys) -> None:
     assert doc is not None and json.loads(doc.data) == {"city": "Paris", "age": 36}
 
 
+@pytest.mark.parametrize("arguments", ["[1, 2]", '"hello"', "null"])
+async def test_tool_arguments_that_are_not_an_object_are_a_tool_error_not_a_crash(
+    redis: Redis, keys: Keys, arguments: str
+) -> None:
+    """The tool took any JSON value as its arguments (``Tool.from_schema``) and PydanticAI then
+    unpacked it into the function: a model sending a list, a string or null made the whole
+    ``agent.run`` raise (TypeError, AssertionError). It comes back to the model as the tool's
+    result naming what was wrong, as in every other loop, and nothing is written."""
+    memory = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
+    results: list[Any] = []
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        results.extend(p.content for p in messages[-1].parts if isinstance(p, ToolReturnPart))
+        if results:
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("setWorkingMemory", arguments, tool_call_id="c1")])
+
+    result = await Agent(FunctionModel(model)).run("hi", capabilities=[WorkingMemory(memory)])
+    assert result.output == "done" and len(results) == 1
+    assert results[0]["success"] is False and "JSON" in results[0]["error"], results
+    assert await WorkingMemoryStore(redis, keys=keys).get("u") is None
+
+
 async def test_request_only_changes_stay_out_of_the_history(redis_server: RedisServer, redis: Redis,
                                                             keys: Keys) -> None:
     """An earlier capability's request-only edit is not persisted; the blocks are, and stay held across runs."""
