@@ -206,3 +206,23 @@ async def test_system_message_delivery_with_a_content_parts_system_message(redis
     again = await wm.prepare(sent)
     assert again == sent
     assert not is_working_memory_message({"role": "user", "content": None})
+
+
+async def test_our_block_written_back_as_one_text_part_is_still_ours(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """A history store may write string contents back as one text part (the API takes both).
+    Our block then came back unrecognised: the next call added the snapshot again, one version
+    twice in the request. A single text part is read as its text, as the Agents adapter does."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    await store.replace("u", "# Notes\n- a")
+    async with worker_process(redis_server.url, keys):
+        await wait_caught_up(redis, keys)
+    wm = OpenAIChatWorkingMemory(AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1"))
+    sent = await wm.prepare([{"role": "user", "content": "hi"}])
+    assert sum(is_working_memory_message(m) for m in sent) == 1
+    as_parts = [{**m, "content": [{"type": "text", "text": m["content"]}]} for m in sent]
+    again = await wm.prepare([*as_parts, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}])
+    texts = [m["content"][0]["text"] if isinstance(m["content"], list) else m["content"] for m in again]
+    assert sum(is_working_memory_text(t) for t in texts) == 1, again  # the snapshot, once
+    assert sum(is_working_memory_message(m) for m in again) == 1
