@@ -38,6 +38,7 @@ __all__ = (
     "field",
     "is_working_memory_system_text",
     "is_working_memory_text",
+    "single_text",
     "tool_spec",
 )
 
@@ -95,6 +96,16 @@ def field(obj: Any, name: str) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)
+
+
+def single_text(content: Any, part_type: str) -> Any:
+    """``content`` as text when it is one text part of ``part_type`` (``text`` in Chat
+    Completions, ``input_text`` in Responses items), which the APIs take for a string and a
+    history store may write back for ours; else ``content`` as it is. Without it, our block
+    came back unrecognised and the next call added it again: one version twice."""
+    if isinstance(content, list) and len(content) == 1 and field(content[0], "type") == part_type:
+        return field(content[0], "text")
+    return content
 
 
 def content_identity(*parts: Any) -> str:

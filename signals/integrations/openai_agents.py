@@ -49,6 +49,7 @@ from signals.integrations._core import (
     content_identity,
     field,
     is_working_memory_text,
+    single_text,
     tool_spec,
 )
 from signals.integrations._windows import EphemeralWindow, Prepared
@@ -68,9 +69,7 @@ def _markup_of(item: Item) -> str | None:
     """The markup a user message item carries when it is a working-memory message."""
     if field(item, "role") != "user" or field(item, "type") not in (None, "message"):
         return None
-    content = field(item, "content")
-    if isinstance(content, list) and len(content) == 1 and field(content[0], "type") == "input_text":
-        content = field(content[0], "text")
+    content = single_text(field(item, "content"), "input_text")
     return content if isinstance(content, str) and is_working_memory_text(content) else None
 
 

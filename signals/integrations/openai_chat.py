@@ -39,6 +39,7 @@ from signals.integrations._core import (
     field,
     is_working_memory_system_text,
     is_working_memory_text,
+    single_text,
     tool_spec,
 )
 from signals.integrations._windows import PersistentWindow, Prepared
@@ -57,7 +58,7 @@ class OpenAIChatCodec(MessageCodec[Message]):
 
     def split(self, message: Message) -> tuple[Message | None, list[str]]:
         """``(None, [markup])`` for a working-memory message, ``(message, [])`` for any other."""
-        content = _text_of(field(message, "content"))
+        content = single_text(field(message, "content"), "text")
         if field(message, "role") == "user" and isinstance(content, str) and is_working_memory_text(content):
             return None, [content]
         return message, []
@@ -67,18 +68,9 @@ class OpenAIChatCodec(MessageCodec[Message]):
         return {"role": "user", "content": markup}
 
 
-def _text_of(content: object) -> object:
-    """A message's content as text when it is one text part (``[{"type": "text", "text": ...}]``,
-    which the API takes for a string and a history store may write back for ours): without
-    it, our block came back unrecognised and the next call added it again, one version twice."""
-    if isinstance(content, list) and len(content) == 1 and field(content[0], "type") == "text":
-        return field(content[0], "text")
-    return content
-
-
 def is_working_memory_message(message: Message) -> bool:
     """True for a working-memory message (a state signal, or the system-message delivery's), to skip."""
-    content = _text_of(field(message, "content"))
+    content = single_text(field(message, "content"), "text")
     if not isinstance(content, str):
         return False
     role = field(message, "role")

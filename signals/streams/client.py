@@ -34,8 +34,9 @@ from signals.errors import InvalidInputError, RedisBusyError
 
 __all__ = (
     "RESP_OPTIONS", "SERVER_CONDITIONS", "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError",
-    "RedisReadOnlyError", "RedisScriptBusyError", "TLSOptions", "acl_refused", "connect", "lindex", "lua", "now_iso",
-    "queue_script", "redact_url", "relayed_error", "smembers", "wrap_connection_class", "xrange", "xread",
+    "RedisReadOnlyError", "RedisScriptBusyError", "TLSOptions", "acl_refused", "connect", "ids_exhausted", "lindex",
+    "lua", "now_iso", "queue_script", "redact_url", "relayed_error", "smembers", "wrap_connection_class", "xrange",
+    "xread",
 )
 
 Client = Redis | RedisCluster
@@ -325,6 +326,12 @@ def acl_refused(error: BaseException) -> bool:
     """Whether ``error`` is the deployment's ACL refusing a command (a script's too)."""
     return isinstance(error, redis_exc.NoPermissionError) or (
         isinstance(error, redis_exc.ResponseError) and any(words in str(error) for words in _ACL_REFUSALS))
+
+
+def ids_exhausted(error: BaseException) -> bool:
+    """Whether ``error`` is a stream refusing a new entry because an entry with the largest
+    id there is was added to it (by hand: ``XADD`` with an explicit id)."""
+    return "exhausted the last possible ID" in str(error)
 
 
 def relayed_error(error: BaseException) -> str:

@@ -43,7 +43,7 @@ from signals.core.models import Delivery
 from signals.core.processor import apply_delta
 from signals.core.window import MAX_RESUME_STEP, WINDOW_ID, StepResult
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
-from signals.streams.client import Client
+from signals.streams.client import Client, ids_exhausted
 from signals.streams.keys import Keys, validate_id
 from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
 
@@ -99,7 +99,7 @@ class DeliveryLog:
         except redis_exc.OutOfMemoryError as e:
             raise RedisBusyError(f"delivery log {stream}: Redis is out of memory: {e}") from e
         except redis_exc.ResponseError as e:  # the pipeline names the command: WRONGTYPE is inside
-            if "exhausted the last possible ID" in str(e):  # an entry with the largest id, added by hand
+            if ids_exhausted(e):  # an entry with the largest id, added by hand
                 raise CorruptDataError(
                     f"delivery log {stream} has run out of stream ids (an entry with the largest id was added by "
                     "hand; any agent user may append to a thread's log): nothing was logged; an operator must "

@@ -31,7 +31,7 @@ from signals.errors import (
     ThreadOwnerError,
     WmSignalsError,
 )
-from signals.streams.client import SERVER_CONDITIONS, Client, acl_refused, lua, now_iso, relayed_error
+from signals.streams.client import SERVER_CONDITIONS, Client, acl_refused, ids_exhausted, lua, now_iso, relayed_error
 from signals.streams.durability import Durability, write_and_wait
 from signals.streams.keys import Keys
 
@@ -167,7 +167,7 @@ def _refused_call(lane: str, writes: str, e: redis_exc.ResponseError) -> Excepti
         return RedisBusyError(f"writing {lane}: Redis is out of memory: {relayed}")
     if relayed.startswith(SERVER_CONDITIONS):  # min-replicas-to-write, a replica cut off, a failover
         return RedisBusyError(f"writing {lane}: Redis refused the write for now: {relayed}")
-    if "exhausted the last possible ID" in text:  # see workers.maintenance: restarted by a worker
+    if ids_exhausted(e):  # see workers.maintenance: restarted by a worker
         return RedisBusyError(
             f"writing {lane}: the write stream {writes} has run out of stream ids (an entry with the largest id "
             "was added by hand); a running worker restarts it within its maintenance interval: retry then")
