@@ -27,7 +27,14 @@ from redis import exceptions as redis_exc
 from signals.core.codec import decode_json, encode_json
 from signals.core.processor import POLICIES
 from signals.core.simulate import run_scenario
-from signals.errors import ConflictError, InvalidInputError, RedisBusyError, WmSignalsError
+from signals.errors import (
+    ConflictError,
+    HistoryTrimmedError,
+    InvalidInputError,
+    RedisBusyError,
+    VerifyError,
+    WmSignalsError,
+)
 from workers import commands, debug_commands, deploy_commands
 from workers.logging import configure_logging
 
@@ -176,6 +183,10 @@ def _message(error: BaseException, command: str | None = None) -> tuple[str, int
         message, code = f"conflict: {error}", EXIT_CONFLICT
     elif isinstance(error, InvalidInputError):
         message, code = str(error), EXIT_BAD_INPUT
+    elif isinstance(error, VerifyError) and not isinstance(error, HistoryTrimmedError):
+        # a signal read from Redis that does not read (``replay --verify`` answers its own
+        # check with exit 1; everywhere else this is malformed data read from Redis)
+        message, code = f"malformed signal read from Redis: {error}", EXIT_BAD_INPUT
     elif isinstance(error, RedisBusyError):
         condition = getattr(error, "condition", "refusing work for now")
         message, code = f"Redis is {condition}: {error}", EXIT_ERROR

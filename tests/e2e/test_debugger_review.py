@@ -116,3 +116,21 @@ async def test_replay_file_refuses_an_entry_id_that_is_not_a_stream_id(
         code, out, err = await wm(url, keys, "replay", "--file", str(export), *extra)
         assert out == ""
         one_line(code, err, f"{export} line 2", "entryId", "not a stream id")
+
+
+@pytest.mark.parametrize("fields", [{"e": "this is not JSON {"}, {"x": "y"}, {"e": b"\xff\xfe{}"}],
+                         ids=["non-JSON", "no e field", "not UTF-8"])
+async def test_replay_and_export_of_a_malformed_signal_are_bad_data(
+    redis_server: RedisServer, redis: Redis, keys: Keys, fields: dict[str, str | bytes]
+) -> None:
+    """A signal-stream entry that is not a signal is malformed data read from Redis: ``replay``
+    and ``export`` exit 2 naming the entry (they exited 1, the code of other errors), as the
+    README says of malformed data; ``replay --verify`` still answers its check with exit 1
+    ("verify failed"), as ``diff`` answers 1 for "different"."""
+    entry_id = await redis.xadd(keys.signals("r:junk"), fields)
+    for command in (("replay",), ("replay", "--json"), ("replay", "--at", "1"), ("export", "-o", "-")):
+        code, out, err = await wm(redis_server.url, keys, *command, "--resource", "junk")
+        assert out == "", command
+        one_line(code, err, entry_id, "malformed")
+    code, out, err = await wm(redis_server.url, keys, "replay", "--resource", "junk", "--verify")
+    assert code == 1 and out == "" and err.startswith("wm-signals: verify failed:") and entry_id in err, err
