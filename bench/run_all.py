@@ -119,7 +119,7 @@ def main() -> None:
     out()
     out("## Write -> subscriber latency (one worker, one Redis), beside the minimal loop's")
     out()
-    for line in bench_latency.table(bench_latency.run((200, 500) if q else (2_000, 10_000), 1.0 if q else 5.0,
+    for line in bench_latency.table(bench_latency.run((500,) if q else (2_000, 10_000), 1.0 if q else 5.0,
                                                       1 if q else bench_latency.ROUNDS)):
         out(line)
     out()
