@@ -209,7 +209,8 @@ class AgentWorkingMemory:
             self.window.offer(item.signal, item.value)
 
     async def poll(self, block_ms: int | None = None) -> list[Materialised]:
-        """Take in the lane's new signals (non-blocking unless ``block_ms``).
+        """Take in the lane's new signals, all of them however many (non-blocking unless
+        ``block_ms``: see :meth:`Subscription.catch_up <signals.streams.subscribe.Subscription.catch_up>`).
 
         With system-message delivery no signal is read: returns ``[]``.
 
@@ -223,7 +224,7 @@ class AgentWorkingMemory:
             return []
         if self.thread_id is not None:  # at every read: a thread unowned at start may have been claimed since
             await self.store.check_owner(self.thread_id, self.resource_id)  # no round trip once it is ours
-        items = await self.subscription.poll(block_ms)
+        items = await self.subscription.catch_up(block_ms)
         self._offer(items)
         return items
 

@@ -173,8 +173,32 @@ class Subscription:
             cursor = "(" + entries[-1][0]
 
     async def poll(self, block_ms: int | None = None) -> list[Materialised]:
-        """Signals after the last one seen (waiting up to ``block_ms`` when given)."""
+        """Signals after the last one seen, one read of up to ``count`` entries (waiting up
+        to ``block_ms`` when given): a tail's step. :meth:`catch_up` reads to the end."""
         await self._namespace(record=False)
+        items, _ = await self._read_page(block_ms)
+        return items
+
+    async def catch_up(self, block_ms: int | None = None) -> list[Materialised]:
+        """Every signal after the last one seen, however many: reads of ``count`` entries
+        until one comes back short (the first waits up to ``block_ms`` when given, the
+        others never wait).
+
+        What a model call needs: a backlog longer than one read (more new signals since the
+        last call than ``count``, on a lane that retains that many) left the call with an
+        older version than the stream's latest. Each read moves past what it returned, so
+        this ends once the stream holds nothing newer.
+        """
+        await self._namespace(record=False)
+        out, more = await self._read_page(block_ms)
+        while more:
+            items, more = await self._read_page(None)
+            out += items
+        return out
+
+    async def _read_page(self, block_ms: int | None) -> tuple[list[Materialised], bool]:
+        """One read after the last entry seen: the signals delivered, and whether the read
+        came back full (more may wait)."""
         try:
             entries = await xread_entries(self.redis, self.keys.signals(self.lane), self.last_id,
                                           count=self.count, block=block_ms)
@@ -182,20 +206,20 @@ class Subscription:
             log.warning("subscribe.not_a_stream", lane=self.lane, error=str(e))
             if block_ms:
                 await anyio.sleep(block_ms / 1000)  # as long as the read would have waited
-            return []
+            return [], False
         out: list[Materialised] = []
         for entry in entries:
             signal = self._decode(entry)
             if (signal is not None and signal.mode == "delta" and self.value is not None
                     and signal.version > self.version + 1):
-                # fell behind the stream's retention: resume from the latest snapshot
+                # fell behind the stream's retention: resume from the latest snapshot (read to the end)
                 log.info("subscribe.gap", lane=self.lane, have=self.version, got=signal.version)
-                return out + await self.bootstrap()
+                return out + await self.bootstrap(), False
             self.last_id = entry[0]
             item = self._apply(entry[0], signal) if signal is not None else None
             if item is not None:
                 out.append(item)
-        return out
+        return out, len(entries) >= self.count
 
     def _decode(self, entry: RawEntry) -> Signal | None:
         try:

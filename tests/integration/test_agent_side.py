@@ -368,3 +368,29 @@ async def test_held_ids_that_are_not_message_ids_are_bad_input(redis: Redis, key
     await agent.start()
     with pytest.raises(InvalidInputError, match="held_ids must"):
         await agent.before_model_call(held)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+async def test_a_backlog_longer_than_one_read_reaches_the_next_model_call(redis_server: RedisServer, redis: Redis,
+                                                                          keys: Keys, coalesce: bool) -> None:
+    """More new signals between two model calls than one read returns (500): the call took
+    the first read as the whole backlog, so the model could rebuild only an older version
+    while a newer one was stored and signalled (a lane retaining that many: a large
+    ``retain_signals`` or a ``retain_age``, and a bulk import). Every call now reads the
+    lane to its end."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    agent = AgentWorkingMemory(redis, keys, resource_id="bulk", coalesce=coalesce)
+    await agent.start()
+    writes = agent.subscription.count + 30
+    async with running_workers(redis_server.url, keys, 1, retain_signals=2 * writes):
+        await store.replace("bulk", _doc(0))
+        await wait_caught_up(redis, keys)
+        first = await agent.before_model_call([])
+        assert [a.version for a in first.add] == [1]
+        for n in range(1, writes + 1):
+            await store.replace("bulk", _doc(n))
+        await wait_caught_up(redis, keys)
+        result = await agent.before_model_call([a.id for a in first.add])
+    assert agent.subscription.version == writes + 1 and agent.subscription.value == _doc(writes)
+    assert result.add and result.add[-1].version == writes + 1
+    assert len(result.add) == (1 if coalesce else writes)
