@@ -230,10 +230,17 @@ class WindowTracker:
         return text
 
     def step(self, held_ids: set[str] | list[str]) -> StepResult:
-        """Decide what to add to the window before the next model call."""
+        """Decide what to add to the window before the next model call.
+
+        A held id of this lane's working-memory messages that this tracker does not hold
+        (a message of an earlier process's window that the loop kept over a restart, or one
+        this tracker was told was trimmed) is reported as ``drop`` at every step until it is
+        gone: the chain does not count it, so the model would hold its version twice.
+        """
         self._steps += 1
         step = self._steps
         held_set = set(held_ids)
+        stale = self._not_ours(held_set)
         # a message trimmed out of the window never comes back: forget it
         self._injected = {i: inj for i, inj in self._injected.items() if i in held_set}
         held = list(self._injected.values())
@@ -241,7 +248,7 @@ class WindowTracker:
         version = chain[-1].version if chain else None
         latest = self._latest
         if latest in (0, version):
-            return StepResult(step, window=self.window_id)
+            return StepResult(step, drop=stale, window=self.window_id)
         needed = range((version or 0) + 1, latest + 1)
         on_chain = {i.id for i in chain}
         # deltas off the held chain are useless now and would repeat versions
@@ -261,7 +268,13 @@ class WindowTracker:
         for v in [v for v in self._known if v < latest]:
             del self._known[v]
         self._sent = max(self._sent, latest)
-        return StepResult(step, tuple(self._register(inj) for inj in add), drop, self.window_id)
+        return StepResult(step, tuple(self._register(inj) for inj in add), stale + drop, self.window_id)
+
+    def _not_ours(self, held: set[str]) -> tuple[str, ...]:
+        """The held ids that name a working-memory message of this lane (the form
+        :meth:`_register` gives: ``wm:<lane>:v<version>:<window>.<n>``) this tracker does not hold."""
+        own = re.compile(rf"wm:{re.escape(self.lane)}:v[0-9]+:{WINDOW_ID.pattern}\.[0-9]+")
+        return tuple(sorted(i for i in held if i not in self._injected and isinstance(i, str) and own.fullmatch(i)))
 
     def _coalescing(self, latest: int) -> bool:
         if self.coalesce is not None:

@@ -405,3 +405,34 @@ def test_every_step_and_message_names_the_window() -> None:
     for bad in ("", "a b", "x" * 65, "a/b", 7):
         with pytest.raises(InvalidInputError, match="window_id"):
             WindowTracker("r:u", window_id=bad)  # type: ignore[arg-type]
+
+
+def test_a_message_kept_from_an_earlier_window_is_dropped() -> None:
+    """A loop that kept its messages over a restart passes the earlier process's ids too:
+    the new tracker ignored them, so after its bootstrap snapshot the window held the same
+    version twice (once from each window). They are now dropped, at every step until gone;
+    ids of another lane (one whose name starts with this lane's), or of anything else, are
+    left alone."""
+    first = Loop()
+    first.write(_doc())
+    first.write(_doc((0, "- changed")))
+    first.step()
+    kept = list(first.held)
+    assert kept and all(i.startswith("wm:r:u:v") for i in kept)
+    kept.append("wm:r:u:v2:x.0")  # any other window's message of this lane
+    others = ["user-msg-1", "wm:r:u2:v1:abc.0", "wm:r:u:v9:a:b.0", "wm:r:u:vX:abc.0"]  # not this lane's form
+    second = Loop()
+    second.write(_doc())
+    second.write(_doc((0, "- changed")))
+    second.held = kept + others
+    result = second.step()
+    assert sorted(result.drop) == sorted(kept) and [a.version for a in result.add] == [2]
+    assert second.held == [*others, result.add[0].id]
+    second.held = [*kept, *second.held]  # the loop did not drop them: asked again, nothing added
+    again = second.step()
+    assert sorted(again.drop) == sorted(kept) and again.add == ()
+    trimmed = result.add[0].id  # one of its own ids, trimmed, then put back: it is not held any more
+    second.held = [h for h in second.held if h != trimmed]
+    readd = second.step()
+    second.held.append(trimmed)
+    assert readd.add and second.step().drop == (trimmed,)
