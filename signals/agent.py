@@ -37,7 +37,7 @@ from signals.core.window import Injection, StepResult, WindowTracker
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client, acl_refused
 from signals.streams.deliveries import DeliveryLog
-from signals.streams.keys import Keys, lane_id
+from signals.streams.keys import Keys, lane_id, validate_id
 from signals.streams.replay import Materialised
 from signals.streams.store import Document, WorkingMemoryStore
 from signals.streams.subscribe import Subscription
@@ -122,6 +122,12 @@ class AgentWorkingMemory:
     ) -> None:
         if delivery not in ("state-signals", "system-message"):
             raise InvalidInputError(f"delivery must be 'state-signals' or 'system-message', not {delivery!r}")
+        if not isinstance(keys, Keys):
+            raise InvalidInputError(f"keys must be a Keys (namespace and partitions), not {keys!r:.40}")
+        if config is not None and not isinstance(config, WorkingMemoryConfig):
+            raise InvalidInputError(f"config must be a WorkingMemoryConfig, not {type(config).__name__}")
+        if thread_id is not None:  # "" made a loop with no delivery log that claimed the thread named ""
+            validate_id(thread_id, "thread id")
         self.config = config or WorkingMemoryConfig()
         self.resource_id = resource_id
         self.thread_id = thread_id

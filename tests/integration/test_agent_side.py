@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 
 import anyio
@@ -368,6 +369,22 @@ async def test_held_ids_that_are_not_message_ids_are_bad_input(redis: Redis, key
     await agent.start()
     with pytest.raises(InvalidInputError, match="held_ids must"):
         await agent.before_model_call(held)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"thread_id": ""}, "thread id must be a non-empty string"),
+    ({"thread_id": "a{b}"}, "thread id 'a{b}' is invalid"),
+    ({"keys": None}, "keys must be a Keys"),
+    ({"config": {"scope": "thread"}}, "config must be a WorkingMemoryConfig, not dict"),
+])
+async def test_loop_arguments_are_checked_when_it_is_built(redis: Redis, keys: Keys, kwargs: dict[str, object],
+                                                          needle: str) -> None:
+    """A thread id of "" made a loop with no delivery log that claimed the thread named ""
+    for its resource; no keys or a config dict raised a bare AttributeError at ``start()``.
+    Each is InvalidInputError naming the argument, when the loop is built."""
+    args: dict[str, object] = {"keys": keys, "resource_id": "u1", **kwargs}
+    with pytest.raises(InvalidInputError, match=re.escape(needle)):
+        AgentWorkingMemory(redis, **args)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("coalesce", [True, False])
