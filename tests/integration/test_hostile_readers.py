@@ -200,6 +200,21 @@ async def test_a_bad_snapshot_hint_or_a_mistyped_stream_does_not_crash(redis: Re
         await read_signals(redis, keys, lane)
 
 
+@pytest.mark.parametrize("hint", ["99999999999999999999-0", "1-18446744073709551616", "0" * 21 + "-0"])
+async def test_a_snapshot_hint_beyond_64_bits_is_junk(redis: Redis, keys: Keys, hint: str) -> None:
+    """A hint that looks like a stream id but whose parts are over 64 bits: Redis refuses it
+    in XRANGE, and the bare ResponseError stopped Subscription.bootstrap, the agent's start
+    and ``subscribe``. It is a bad hint now: logged, and the stream read from its start."""
+    lane = "r:u"
+    await redis.xadd(keys.signals(lane), {FIELD: encode_json(_snapshot(lane, 1, _doc(0)))})
+    await redis.rpush(keys.snapshots(lane), hint)
+    with capture_logs() as logs:
+        assert [m.value for m in await Subscription(redis, keys, lane).bootstrap()] == [_doc(0)]
+    assert [e["event"] for e in logs] == ["subscribe.bad_snapshot_hint"]
+    agent = AgentWorkingMemory(redis, keys, resource_id="u")
+    assert [m.value for m in await agent.start()] == [_doc(0)]
+
+
 # --- replay --verify --------------------------------------------------------------------------
 
 
