@@ -71,6 +71,13 @@ def _lanes_count(flag: str, least: int) -> Callable[[str], int]:
     return parse
 
 
+def _partition(text: str) -> int:
+    """``dlq --partition``: a partition number (its range is checked against the namespace's count)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 4:
+        raise argparse.ArgumentTypeError(f"--partition takes a partition number, not {text[:40]!r}")
+    return int(text)
+
+
 def _within(item: Materialised, low: Any, high: Any) -> bool:
     for bound, above in ((low, True), (high, False)):
         if bound is None:
@@ -442,11 +449,11 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
                         print(f"partition {partition}: {length - listed[partition]} more dead letters not listed "
                               f"(the list shows the oldest {DLQ_LISTED} of each partition)")
             elif args.action == "show":
-                print(json_line((await dlq.get(_need_id(args))).letter))
+                print(json_line((await dlq.get(_need_id(args), args.partition)).letter))
             elif args.action == "requeue":
-                print(f"requeued as {await dlq.requeue(_need_id(args))}")
+                print(f"requeued as {await dlq.requeue(_need_id(args), args.partition)}")
             else:
-                await dlq.drop(_need_id(args))
+                await dlq.drop(_need_id(args), args.partition)
                 print("dropped")
         return 0
 
@@ -498,4 +505,6 @@ def register(sub: Any) -> None:
     add_common_args(dlq)
     dlq.add_argument("action", choices=("list", "show", "requeue", "drop"))
     dlq.add_argument("id", nargs="?", help="dead-letter entry id")
+    dlq.add_argument("--partition", type=_partition, default=None,
+                     help="the dead letter's partition (needed when several partitions hold the id)")
     dlq.set_defaults(handler=_cmd_dlq)

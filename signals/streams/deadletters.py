@@ -75,15 +75,33 @@ class DeadLetters:
                 raise CorruptDataError(f"{key} is not a stream") from e
         return tuple(out)
 
-    async def _find(self, dead_letter_id: str) -> tuple[int, str, dict[str, str]]:
-        """Where a dead letter is, and its raw fields (checked by the caller)."""
+    async def _find(self, dead_letter_id: str, partition: int | None = None) -> tuple[int, str, dict[str, str]]:
+        """Where a dead letter is, and its raw fields (checked by the caller): in
+        ``partition``, or in the one partition that holds the id.
+
+        Ids are per partition stream: dead letters of several partitions made in the same
+        millisecond (one batch, or a writer's junk beside a genuine letter) share one, and
+        the first partition's used to be taken, shown, requeued or dropped in place of the
+        one asked for. An id that more than one partition holds needs ``partition``.
+        """
         if not is_stream_id(dead_letter_id):
             raise InvalidInputError(f"dead letter id {dead_letter_id[:40]!r} is not a stream id (<ms>-<seq>)")
-        for partition in range(self.keys.partitions):
-            entries = await self._range(partition, start=dead_letter_id, end=dead_letter_id)
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
+                                      or not 0 <= partition < self.keys.partitions):
+            raise InvalidInputError(f"partition is 0 to {self.keys.partitions - 1}, not {partition!r}")
+        found: list[tuple[int, str, dict[str, str]]] = []
+        for p in range(self.keys.partitions) if partition is None else (partition,):
+            entries = await self._range(p, start=dead_letter_id, end=dead_letter_id)
             if entries:
-                return partition, entries[0][0], entries[0][1]
-        raise InvalidInputError(f"no dead letter {dead_letter_id!r}")
+                found.append((p, entries[0][0], entries[0][1]))
+        if not found:
+            where = "" if partition is None else f" in partition {partition}"
+            raise InvalidInputError(f"no dead letter {dead_letter_id!r}{where}")
+        if len(found) > 1:
+            partitions = ", ".join(str(p) for p, _, _ in found)
+            raise InvalidInputError(f"dead letter id {dead_letter_id!r} is in partitions {partitions}: name the "
+                                    "partition (--partition N; 'dlq list' shows each letter's)")
+        return found[0]
 
     async def _range(self, partition: int, *, start: str = "-", end: str = "+",
                      count: int | None = None) -> Sequence[Entry]:
@@ -97,21 +115,21 @@ class DeadLetters:
                 raise
             raise CorruptDataError(f"{key} is not a stream") from e
 
-    async def get(self, dead_letter_id: str) -> DeadLetterEntry:
-        """One dead letter by id (ids are unique across partitions in practice).
+    async def get(self, dead_letter_id: str, partition: int | None = None) -> DeadLetterEntry:
+        """One dead letter by id (and ``partition``, needed when several hold the id: see :meth:`_find`).
 
         Raises:
             InvalidInputError: no such dead letter, or an id that is not a stream id.
             CorruptDataError: the entry is not a dead letter (``drop`` still removes it).
         """
-        partition, entry_id, fields = await self._find(dead_letter_id)
+        partition, entry_id, fields = await self._find(dead_letter_id, partition)
         try:
             letter = decode_dead_letter(fields[FIELD])
         except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as e:
             raise CorruptDataError(f"entry {entry_id} of partition {partition} is not a dead letter: {e!r}") from e
         return DeadLetterEntry(partition, entry_id, letter)
 
-    async def requeue(self, dead_letter_id: str) -> str:
+    async def requeue(self, dead_letter_id: str, partition: int | None = None) -> str:
         """Append the event back to its partition stream and delete the dead letter, once.
 
         Returns the new write-stream entry id.
@@ -119,7 +137,7 @@ class DeadLetters:
         Raises:
             InvalidInputError: no such dead letter (already requeued or dropped).
         """
-        entry = await self.get(dead_letter_id)
+        entry = await self.get(dead_letter_id, partition)
         letter = cast(DeadLetter, entry.letter)  # get() refuses an entry that is not a dead letter
         pairs = [x for kv in letter.fields.items() for x in kv]
         if not pairs:
@@ -138,7 +156,7 @@ class DeadLetters:
             raise InvalidInputError(f"dead letter {dead_letter_id!r} was already requeued or dropped")
         return str(new_id)
 
-    async def drop(self, dead_letter_id: str) -> None:
+    async def drop(self, dead_letter_id: str, partition: int | None = None) -> None:
         """Delete a dead letter, even one that does not decode (junk is what one drops)."""
-        partition, entry_id, _ = await self._find(dead_letter_id)
+        partition, entry_id, _ = await self._find(dead_letter_id, partition)
         await self.redis.xdel(self.keys.dead_letters(partition), entry_id)

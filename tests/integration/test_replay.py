@@ -240,6 +240,36 @@ def test_dlq_list_shows_entries_that_are_not_dead_letters(redis_server: RedisSer
     assert _cli(capsys, "dlq", *_flags(redis_server, keys), "list")[1] == ""
 
 
+def test_dlq_ids_that_two_partitions_share_need_the_partition(redis_server: RedisServer, keys: Keys,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Dead letters of two partitions made in the same millisecond share an id: ``show``,
+    ``requeue`` and ``drop`` took the lowest partition's (a writer's junk there got dropped
+    in place of the letter asked for). Such an id now needs ``--partition``; with it, each
+    command reaches that partition's letter alone."""
+
+    async def two() -> str:
+        redis = connect(redis_server.url)
+        entry_id = str(await redis.xadd(keys.dead_letters(1), {"x": "junk in partition 1"}))
+        await redis.xadd(keys.dead_letters(3), {FIELD: "genuine?"}, id=entry_id)
+        await redis.aclose()
+        return entry_id
+
+    entry_id = anyio.run(two)
+    flags = _flags(redis_server, keys)
+    for action in ("show", "requeue", "drop"):
+        code, out, err = _cli(capsys, "dlq", *flags, action, entry_id)
+        assert (code, out) == (2, "") and "is in partitions 1, 3" in err and "--partition" in err, action
+    assert _cli(capsys, "dlq", *flags, "drop", entry_id, "--partition", "1")[0] == 0
+    code, out, _ = _cli(capsys, "dlq", *flags, "list")
+    assert code == 0 and out.startswith(f"{entry_id}  partition 3") and out.count("\n") == 1
+    code, _, err = _cli(capsys, "dlq", *flags, "show", entry_id, "--partition", "1")
+    assert code == 2 and "in partition 1" in err
+    code, _, err = _cli(capsys, "dlq", *flags, "show", entry_id, "--partition", str(keys.partitions))
+    assert code == 2 and "partition is 0 to" in err
+    assert _cli(capsys, "dlq", *flags, "drop", entry_id)[0] == 0  # one partition holds it now
+    assert _cli(capsys, "dlq", *flags, "list")[1] == ""
+
+
 def test_dlq_list_names_a_dead_letter_stream_of_another_type(redis_server: RedisServer, keys: Keys,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """A dead-letter stream key holding a string: ``dlq list`` is corrupt data naming the
