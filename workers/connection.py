@@ -53,7 +53,7 @@ def add_durability_args(parser: argparse.ArgumentParser) -> None:
                         help="how long to wait for them (default: $WM_SIGNALS_WRITE_REPLICA_TIMEOUT_MS, else 1000)")
 
 
-def open_sentinel(settings: Settings) -> tuple[SentinelClient, str]:
+def open_sentinel(settings: Settings, max_reply_bytes: int | None = None) -> tuple[SentinelClient, str]:
     """The client on the Sentinel service of ``settings``, and how to name it in messages.
 
     Raises:
@@ -67,7 +67,8 @@ def open_sentinel(settings: Settings) -> tuple[SentinelClient, str]:
     secret = settings.sentinel_password
     client = connect_sentinel(settings.sentinel or "", settings.sentinel_master or "", username=username,
                               password=password, db=db, tls=tls, sentinel_username=settings.sentinel_username,
-                              sentinel_password=None if secret is None else secret.get_secret_value())
+                              sentinel_password=None if secret is None else secret.get_secret_value(),
+                              max_reply_bytes=max_reply_bytes)
     return client, f"the master {settings.sentinel_master!r} of sentinels {settings.sentinel}"
 
 

@@ -40,7 +40,7 @@ from signals.core.lane import LaneDocument, LaneOptions, LaneTracking
 from signals.core.retention import Retention
 from signals.core.signing import Signer
 from signals.errors import WmSignalsError
-from signals.streams.client import Client, lua, now_iso
+from signals.streams.client import Client, ReplyTooLargeError, lua, now_iso
 from signals.streams.keys import GROUP, Keys
 from workers import chunking
 from workers.cache import TrackingCache
@@ -105,42 +105,106 @@ class Consumer(GroupReader):
         self.stats = BatchStats()
         self._commit = redis.register_script(lua("commit"))
         self._chain = redis.register_script(lua("chain"))
+        self._claim = redis.register_script(lua("claim"))
         self._links = ChainLinks(options.tracking_cache)
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = DeadLetters(redis, keys, max_attempts=options.max_attempts, maxlen=options.dead_letter_maxlen)
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
         self._events = EventDecoder(keys, options.tracking_cache)
+        #: Set when what was read ahead may be pending unread (a reply over the client's
+        #: bound): the read loop then drains this consumer's pending entries.
+        self.drain_needed = False
 
     async def drain_pending(self, streams: list[str] | None = None) -> BatchStats:
-        """Process this consumer's own pending entries once (after a restart or reconnect)."""
+        """Process this consumer's own pending entries once (after a restart or reconnect,
+        or after a read whose reply was over the client's ``max_reply_bytes``).
+
+        A reply over the bound is read again in smaller reads (see ``read_count``); an
+        entry over it alone (a writer's 100 MB XADD) is dead-lettered by its id, unread:
+        what a writer puts in a write stream never costs the process more memory than the
+        bound, and never stops it.
+        """
+        self.drain_needed = False
         total = BatchStats()
-        cursors = dict.fromkeys(streams or self.keys.all_writes(), "0")
+        cursors: dict[str, str] = dict.fromkeys(streams or self.keys.all_writes(), "0")
         while cursors:
-            raw = await self.read_batch(cursors=cursors)
+            before = self.read_count
+            try:
+                raw = await self.read_batch(cursors=cursors)
+            except ReplyTooLargeError as e:
+                if before > 1:  # read again, in smaller reads
+                    continue
+                for stream in list(cursors):  # one entry per stream is still too much: a stream at a time
+                    cursors[stream] = await self._drain_alone(stream, cursors[stream], total, e)
+                cursors = {stream: cursor for stream, cursor in cursors.items() if cursor}
+                continue
             seen = {stream: entry_id for stream, entry_id, _ in raw}
             cursors = {stream: seen[stream] for stream in cursors if stream in seen}
             if raw:
                 total.add(await self.process(raw))
         return total
 
+    async def _drain_alone(self, stream: str, cursor: str, total: BatchStats, error: ReplyTooLargeError) -> str:
+        """Read ``stream``'s next pending entry after ``cursor`` alone; one over the bound
+        is dead-lettered by its id, unread. Returns the new cursor ('' when none is left)."""
+        try:
+            raw = await self.read_batch(cursors={stream: cursor}, one=True)
+        except ReplyTooLargeError as e:  # that one entry, the first pending after the cursor
+            entry_id = await self.next_pending(stream, cursor)
+            if entry_id is None:
+                return ""
+            total.dead_letters += await self._oversized(stream, entry_id, e)
+            return entry_id
+        if not raw:
+            return ""
+        total.add(await self.process(raw))
+        return raw[-1][1]
+
+    async def _oversized(self, stream: str, entry_id: str, error: ReplyTooLargeError) -> int:
+        """Dead-letter a write-stream entry that could not be read (its reply was over the
+        bound); its fields are not kept (they were never read)."""
+        return int(await self._dead.send(self._stream_partition[stream], entry_id, {},
+                                         f"poison: the entry is {text(error)}", 1))
+
     async def reclaim(self) -> BatchStats:
-        """XAUTOCLAIM entries idle longer than ``claim_idle_ms`` from any consumer, and process them."""
+        """XAUTOCLAIM entries idle longer than ``claim_idle_ms`` from any consumer, and process them.
+
+        The claim takes ids only (``JUSTID``), and the entries are read by id within the
+        client's reply bound (see :meth:`_read_ids`): a dead consumer's pending entry of
+        any size is dead-lettered, not read whole by every worker that claims it."""
         total = BatchStats()
         for stream in await self.readable(self.keys.all_writes()):
             start = "0-0"
             while True:
-                reply = await self.redis.xautoclaim(
-                    stream, GROUP, self.name, self.options.claim_idle_ms, start_id=start,
-                    count=self.options.batch,
-                )
-                start, claimed = reply[0], reply[1]
+                reply = await self._claim(keys=[stream], args=[GROUP, self.name, self.options.claim_idle_ms, start,
+                                                               self.options.batch])
+                start, claimed = str(reply[0]), [str(entry_id) for entry_id in reply[1]]
                 if claimed:
                     log.info("worker.reclaimed", stream=stream, count=len(claimed))
                     METRICS.add("reclaimed_entries", len(claimed))
-                    total.add(await self.process([(stream, eid, f) for eid, f in claimed]))
+                    raw = await self._read_ids(stream, claimed, total)
+                    if raw:
+                        total.add(await self.process(raw))
                 if start in ("0-0", "0"):
                     break
         return total
+
+    async def _read_ids(self, stream: str, ids: list[str], total: BatchStats) -> list[RawEntry]:
+        """The entries of ``stream`` with these ids (fields ``None``: deleted), read in
+        halves while a reply is over the bound; one alone over it is dead-lettered."""
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for entry_id in ids:
+                    pipe.xrange(stream, entry_id, entry_id)
+                replies = await pipe.execute()
+        except ReplyTooLargeError as e:
+            if len(ids) == 1:
+                total.dead_letters += await self._oversized(stream, ids[0], e)
+                return []
+            half = len(ids) // 2
+            return await self._read_ids(stream, ids[:half], total) + await self._read_ids(stream, ids[half:], total)
+        return [(stream, entry_id, found[0][1] if found else None)
+                for entry_id, found in zip(ids, replies, strict=True)]
 
     async def process_and_read(self, raw: list[RawEntry], streams: list[str] | None) -> list[RawEntry]:
         """Process entries, and read what waits next on ``streams`` in the same round trip.
@@ -175,6 +239,21 @@ class Consumer(GroupReader):
                 log.info("worker.requeued_event", lane=event.lane, entry_id=entry_id,
                          dead_letter=text(fields.get(REQUEUED_FIELD, ""))[:40])
             entries.append(Pending(partition, entry_id, event, prev, requeued))
+        try:
+            await self._passes(entries, stats, prefetch)
+        except ReplyTooLargeError:
+            # a reply over the bound: a lane's keys (a document field a writer made huge, say), or
+            # the read-ahead (its entries are pending: the read loop drains them, see drain_needed)
+            self.drain_needed = True
+            if prefetch is not None:
+                prefetch.entries = []
+            await self._one_by_one(entries, stats)
+        self.stats.add(stats)
+        METRICS.record_batch(stats, time.perf_counter() - started)
+        return stats
+
+    async def _passes(self, entries: list[Pending], stats: BatchStats, prefetch: _Prefetch | None) -> None:
+        """Compute and commit until no lane is left to recompute (bounded)."""
         force: dict[str, str] = {}
         for _ in range(_MAX_RECOMPUTE):
             if not entries:
@@ -182,9 +261,18 @@ class Consumer(GroupReader):
             entries = await self._compute_and_commit(entries, stats, force, prefetch)
         else:
             log.warning("worker.contention", lanes_left=len({e.event.lane for e in entries}))
-        self.stats.add(stats)
-        METRICS.record_batch(stats, time.perf_counter() - started)
-        return stats
+
+    async def _one_by_one(self, entries: list[Pending], stats: BatchStats) -> None:
+        """After a reply over the bound: each entry alone (no read-ahead), so that only the
+        entries whose own lane reads are over it are dead-lettered, naming the bound (a
+        lane committed before the error acknowledges its entries without a new signal)."""
+        for entry in entries:
+            try:
+                await self._passes([entry], stats, None)
+            except ReplyTooLargeError as e:
+                stats.dead_letters += await self._dead.send(
+                    entry.partition, entry.entry_id, {FIELD: encode_json(entry.event)},
+                    f"poison: reading its lane from Redis: {text(e)}", 1)
 
     async def _compute_and_commit(
         self, entries: list[Pending], stats: BatchStats, force: dict[str, str], prefetch: _Prefetch | None = None
@@ -377,7 +465,7 @@ class Consumer(GroupReader):
             return retry
         order = list(per_partition.items())
         reading = prefetch is not None and prefetch.entries is None
-        read_ahead = (self.name, prefetch.streams, self.options.batch) if prefetch and reading else None
+        read_ahead = (self.name, prefetch.streams, self.read_count) if prefetch and reading else None
         results, ahead = await run_commits(self.redis, self.keys, self._commit, order,
                                            retention=self.options.retention, read_ahead=read_ahead)
         if prefetch is not None and reading:

@@ -92,7 +92,7 @@ async def serve_one(settings: Settings, *, name: str, board: Board, slot: int, s
 
     tune_gc()
     stop = anyio.Event()
-    async with stop_on_signals(stop), open_client(settings, check=False) as redis:  # caught until the end
+    async with stop_on_signals(stop), open_client(settings, check=False, bounded=True) as redis:  # caught until the end
         monitor = Monitor(redis, settings.keys(), board=board, slot=slot, interval_s=settings.health_interval_s,
                           heartbeat_ttl_s=settings.heartbeat_ttl_s,
                           bound_s=liveness_bound(settings.liveness_s, settings.block_ms),

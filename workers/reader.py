@@ -16,7 +16,7 @@ from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
 from signals.errors import GroupMissingError
-from signals.streams.client import Client, lua
+from signals.streams.client import Client, ReplyTooLargeError, lua
 from signals.streams.keys import GROUP, Keys
 
 __all__ = ("GroupReader", "RawEntry")
@@ -37,6 +37,10 @@ class GroupReader:
         self.keys = keys
         self.name = name
         self.batch, self.block_ms, self.shard = batch, block_ms, shard
+        #: Entries per stream per read now: ``batch``, but a quarter after each read whose
+        #: reply was over the client's ``max_reply_bytes`` (down to 1), doubling back after
+        #: each read that was not (see :meth:`read_batch`).
+        self.read_count = batch
         self._leave = redis.register_script(lua("leave"))
 
     async def ensure_groups(self) -> None:
@@ -71,22 +75,43 @@ class GroupReader:
         return [streams]
 
     async def read_batch(
-        self, streams: list[str] | None = None, cursors: dict[str, str] | None = None
+        self, streams: list[str] | None = None, cursors: dict[str, str] | None = None, *, one: bool = False
     ) -> list[RawEntry]:
         """Read new entries from ``streams`` (default: every partition), or, with ``cursors``,
-        this consumer's own pending entries after each stream's cursor (no blocking)."""
+        this consumer's own pending entries after each stream's cursor (no blocking); with
+        ``one``, a single entry per stream (``read_count`` is then left as it is).
+
+        Raises:
+            ReplyTooLargeError: the reply was over the client's ``max_reply_bytes``. What
+                was read is pending for this consumer (``drain_pending`` reads it again,
+                in smaller reads: :attr:`read_count` is cut to a quarter).
+        """
         wanted = cursors or dict.fromkeys(streams or self.keys.all_writes(), ">")
         try:
             reply = await self.redis.xreadgroup(
                 GROUP, self.name, wanted,  # type: ignore[arg-type]
-                count=self.batch,
+                count=1 if one else self.read_count,
                 block=None if cursors else self.block_ms,
             )
+        except ReplyTooLargeError:
+            if not one:
+                self.read_count = max(1, self.read_count // 4)
+            raise
         except redis_exc.ResponseError as e:
             if "NOGROUP" in str(e):
                 raise GroupMissingError(f"consumer group {GROUP} vanished: {e}") from e
             raise
+        if not one:
+            self.read_count = min(self.batch, 2 * self.read_count)
         return self._flatten(reply)
+
+    async def next_pending(self, stream: str, after: str) -> str | None:
+        """The id of this consumer's first pending entry of ``stream`` after ``after``
+        (``"0"``: from the start), without reading the entry; ``None`` when there is none."""
+        start = "-" if after in ("0", "0-0") else "(" + after
+        reply = await self.redis.xpending_range(stream, GROUP, min=start, max="+", count=1,
+                                                consumername=self.name)
+        return str(reply[0]["message_id"]) if reply else None
 
     @staticmethod
     def _flatten(reply: object) -> list[RawEntry]:

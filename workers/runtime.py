@@ -75,20 +75,21 @@ async def resolve_redis(settings: Settings) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def _connect(settings: Settings) -> AsyncIterator[tuple[Client, str]]:
+async def _connect(settings: Settings, max_reply_bytes: int | None) -> AsyncIterator[tuple[Client, str]]:
     """The client for ``settings`` and how messages name the server (Sentinel: the
     service; else the URL, an embedded server's when none is configured)."""
     if settings.sentinel:
         from workers.connection import open_sentinel  # noqa: PLC0415 - Sentinel mode only
 
-        yield open_sentinel(settings)
+        yield open_sentinel(settings, max_reply_bytes)
         return
     async with resolve_redis(settings) as url:
-        yield connect(url, cluster=settings.cluster, tls=settings.tls()), redact_url(url)
+        client = connect(url, cluster=settings.cluster, tls=settings.tls(), max_reply_bytes=max_reply_bytes)
+        yield client, redact_url(url)
 
 
 @asynccontextmanager
-async def open_client(settings: Settings, *, check: bool = True) -> AsyncIterator[Client]:
+async def open_client(settings: Settings, *, check: bool = True, bounded: bool = False) -> AsyncIterator[Client]:
     """The command's Redis client, built from ``settings``, closed (shielded) at exit.
 
     With ``check`` (a CLI command), the namespace's stored partition count is checked
@@ -104,9 +105,10 @@ async def open_client(settings: Settings, *, check: bool = True) -> AsyncIterato
     :class:`~signals.errors.RedisUnavailableError`, a refused login (wrong user or
     password) :class:`~signals.errors.InvalidInputError`, and a Redis refusing work for a while
     (out of memory, loading, read-only) :class:`~signals.errors.RedisBusyError`, each one
-    line for the CLI.
+    line for the CLI. With ``bounded`` (a worker), one reply may bring at most
+    ``settings.max_reply_bytes`` into the process (see :func:`signals.streams.client.connect`).
     """
-    async with _connect(settings) as (client, where):
+    async with _connect(settings, settings.max_reply_bytes if bounded else None) as (client, where):
         tls = settings.tls()
         if tls is not None and tls.insecure_skip_verify:
             log.warning("tls.verification_off", url=where,

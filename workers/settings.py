@@ -97,6 +97,8 @@ class Settings(BaseSettings):
     max_diff_edits: int = Field(300, ge=0, le=100_000)
     batch: int = Field(500, ge=1, le=10_000)
     block_ms: int = Field(100, ge=1, le=60_000)  # a read blocks this long, and a stop waits for it
+    # a worker's bound on one reply (signals.streams.client.connect): a writer's huge entry is dead-lettered unread
+    max_reply_bytes: int = Field(32 << 20, ge=1 << 20, le=1 << 31)
     claim_idle_ms: int = Field(15_000, ge=100, le=7 * 86_400_000)  # past Redis's XAUTOCLAIM range it crashed
     maintenance_interval_s: float = Field(2.0, gt=0)
     max_attempts: int = Field(3, ge=1)

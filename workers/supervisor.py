@@ -38,7 +38,7 @@ from redis import exceptions as redis_exc
 from signals.core.signing import Signer
 from signals.errors import GroupMissingError, RedisUnavailableError
 from signals.streams.backoff import Backoff
-from signals.streams.client import Client
+from signals.streams.client import Client, ReplyTooLargeError
 from signals.streams.namespace import check_namespace
 from workers.consumer import Consumer
 from workers.counters import METRICS
@@ -161,14 +161,15 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
                 await consumer.drain_pending(active)
                 drain = False
                 continue
-            raw = ahead or await consumer.read_batch(active)
-            ahead = []
-            if raw:
-                ahead = await consumer.process_and_read(raw, None if stop.is_set() else active)
+            ahead = await _step(consumer, active, ahead, stop)
+            drain = consumer.drain_needed  # a read-ahead over the reply bound left entries pending
             backoff.ok()
             METRICS.add("reconnects", lost)
             METRICS.stalled.discard(loop)
             lost = False
+        except ReplyTooLargeError as e:  # what the read brought is pending: drained in smaller reads
+            ahead, drain = [], True
+            log.warning("worker.reply_too_large", error=str(e), read_count=consumer.read_count)
         except GroupMissingError as e:  # a write stream deleted under us: its group goes with it
             ahead, drain = [], True
             log.warning("worker.group_recreated", error=str(e))
@@ -188,6 +189,14 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
                 raise
     METRICS.unmark(loop)
     METRICS.stalled.discard(loop)
+
+
+async def _step(consumer: Consumer, active: list[str], ahead: list[RawEntry], stop: anyio.Event) -> list[RawEntry]:
+    """Process what was read ahead, else one read; returns what the commit read ahead."""
+    raw = ahead or await consumer.read_batch(active)
+    if not raw:
+        return []
+    return await consumer.process_and_read(raw, None if stop.is_set() else active)
 
 
 async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -> None:

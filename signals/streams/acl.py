@@ -111,6 +111,8 @@ SCRIPTS: Mapping[str, Script] = {
     "requeue": Script(("dlq", "writes"), {"dlq": ("xdel",), "writes": ("xadd",)}),
     # KEYS: writes (a graceful stop leaves the group where nothing is pending, in one step)
     "leave": Script(("writes",), {"writes": ("xpending", "xgroup|delconsumer")}),
+    # KEYS: writes (a dead consumer's entries claimed by id; read by id within the reply bound)
+    "claim": Script(("writes",), {"writes": ("xautoclaim",)}),
 }
 
 
@@ -148,12 +150,13 @@ def RW(*commands: str) -> Grant:
 
 _SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("lindex", "lrange")}
 
-_WORKER = Role(("commit", "chain", "dead_letter", "leave"), {
+_WORKER = Role(("commit", "chain", "dead_letter", "leave", "claim"), {
     # consumer group on the write streams (leaving it at a graceful stop); trimming below the
     # oldest pending entry; TYPE: a partition whose key holds another type is skipped;
-    # XSETID and XGROUP SETID: a stream run out of ids (a hand-made largest id) restarts
+    # XSETID and XGROUP SETID: a stream run out of ids (a hand-made largest id) restarts;
+    # XRANGE and XPENDING: entries claimed by id, and one over the reply bound found by its id
     "writes": RW("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xgroup|delconsumer", "xpending",
-                 "xinfo|groups", "xtrim", "type", "xsetid", "xgroup|setid"),
+                 "xinfo|groups", "xtrim", "type", "xsetid", "xgroup|setid", "xrange"),
     # each batch reads its lanes' document heads (version, eid, format) and (cache misses)
     # tracking; a whole document and its thread owner only when the text is needed
     "doc": R("hmget"),

@@ -30,13 +30,13 @@ from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.commands.core import AsyncScript
 
 from signals.core._time import now_iso
-from signals.errors import InvalidInputError, RedisBusyError
+from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
 
 __all__ = (
     "RESP_OPTIONS", "SERVER_CONDITIONS", "Client", "Entry", "RedisLoadingError", "RedisOutOfMemoryError",
-    "RedisReadOnlyError", "RedisScriptBusyError", "TLSOptions", "acl_refused", "connect", "ids_exhausted", "lindex",
-    "lua", "now_iso", "queue_script", "redact_url", "relayed_error", "smembers", "wrap_connection_class", "xrange",
-    "xread",
+    "RedisReadOnlyError", "RedisScriptBusyError", "ReplyTooLargeError", "TLSOptions", "acl_refused", "connect",
+    "ids_exhausted", "lindex", "lua", "now_iso", "queue_script", "redact_url", "relayed_error", "smembers",
+    "wrap_connection_class", "xrange", "xread",
 )
 
 Client = Redis | RedisCluster
@@ -173,7 +173,8 @@ def _check_url(url: object, tls: TLSOptions | None) -> str:
     return parts.scheme
 
 
-def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, **kwargs: object) -> Client:
+def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, max_reply_bytes: int | None = None,
+            **kwargs: object) -> Client:
     """A redis.asyncio client for ``url`` speaking RESP2 with ``str`` replies.
 
     RESP2 is pinned: redis-py 8 defaults to RESP3 but still shapes some replies as RESP2,
@@ -191,6 +192,13 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, *
     On one server the client opens up to ``max_connections`` (100) connections, and a
     command finding them all in use waits for one (:class:`WaitsForConnections`, up to
     ``pool_wait_s``) rather than failing.
+
+    ``max_reply_bytes`` bounds what one reply may bring into the process on one server
+    (and through Sentinel): past it, the read stops, the connection is closed and
+    :class:`ReplyTooLargeError` is raised, so that what a writer put in Redis (a 100 MB
+    stream entry, a document field of any size) costs this process at most that much
+    memory, never a ``MemoryError``. ``None`` (the default): no bound. It needs the
+    hiredis parser (a dependency); a Redis Cluster client is not bounded.
 
     Raises:
         InvalidInputError: a malformed URL or unknown scheme, an ``ssl_*`` URL option or
@@ -213,7 +221,7 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, *
         pool = WaitsForConnections.from_url(url, **options)
     except ValueError as e:
         raise InvalidInputError(f"Redis URL {redact_url(url)!r}: {e}") from e
-    pool.connection_class = wrap_connection_class(pool)
+    pool.connection_class = wrap_connection_class(pool, max_reply_bytes)
     client = Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # aclose() closes the pool too, as with Redis.from_url
     return client
@@ -271,13 +279,35 @@ class WaitsForConnections(ConnectionPool):
 RESP_OPTIONS: dict[str, object] = {"protocol": 2, "decode_responses": True, "encoding_errors": "surrogateescape"}
 
 
-def wrap_connection_class(pool: Any) -> type[AbstractConnection]:
-    """The connection class of ``pool`` with busy replies raised as :class:`RedisBusyError`
-    and, for UTF-8 pools, commands packed by hiredis (one class per base class)."""
+def wrap_connection_class(pool: Any, max_reply_bytes: int | None = None) -> type[AbstractConnection]:
+    """The connection class of ``pool`` with busy replies raised as :class:`RedisBusyError`,
+    replies bounded by ``max_reply_bytes`` (see :func:`connect`) and, for UTF-8 pools,
+    commands packed by hiredis (one class per base class and bound)."""
+    if max_reply_bytes is not None and (isinstance(max_reply_bytes, bool) or not isinstance(max_reply_bytes, int)
+                                        or max_reply_bytes < MIN_REPLY_BYTES):
+        raise InvalidInputError(f"max_reply_bytes is a number of bytes of at least {MIN_REPLY_BYTES:,} (1 MiB), "
+                                f"not {max_reply_bytes!r}")
     base = cast(type[AbstractConnection], pool.connection_class)
-    if pool.connection_kwargs.get("encoding", "utf-8") == "utf-8":
-        return _hiredis_packing(base)
-    return _busy_errors(base)
+    utf8 = pool.connection_kwargs.get("encoding", "utf-8") == "utf-8"
+    wrapped = _hiredis_packing(base) if utf8 else _busy_errors(base)
+    if max_reply_bytes is None:
+        return wrapped
+    key = (wrapped, max_reply_bytes)
+    if key not in _BOUNDED_CLASSES:
+        _BOUNDED_CLASSES[key] = type(base.__name__, (wrapped,), {"max_reply_bytes": max_reply_bytes})
+    return _BOUNDED_CLASSES[key]
+
+
+#: The smallest reply bound :func:`connect` takes: a document is 64 KiB by default, an
+#: event at most 4 Mi characters; a bound below a few of those would refuse honest reads.
+MIN_REPLY_BYTES = 1 << 20
+_BOUNDED_CLASSES: dict[tuple[type[AbstractConnection], int], type[AbstractConnection]] = {}
+
+
+class ReplyTooLargeError(redis_exc.RedisError, CorruptDataError):
+    """A reply from Redis over the client's ``max_reply_bytes`` (see :func:`connect`): the
+    read was stopped and the connection closed, so nothing of it reached the caller. The
+    command ran on the server (an XREADGROUP's entries are pending for the consumer)."""
 
 
 class RedisOutOfMemoryError(redis_exc.OutOfMemoryError, RedisBusyError):
@@ -357,19 +387,56 @@ class _BusyErrors:
     raise, so every ``except`` written against redis-py still catches them.
     """
 
+    max_reply_bytes: int | None = None  # see connect(); set on the classes wrap_connection_class makes
+
     def set_parser(self, parser_class: type[Any]) -> None:
-        super().set_parser(_busy_parser(parser_class))  # type: ignore[misc]
+        super().set_parser(_busy_parser(parser_class, self.max_reply_bytes))  # type: ignore[misc]
 
 
-_BUSY_PARSERS: dict[type[Any], type[Any]] = {}
+_BUSY_PARSERS: dict[tuple[type[Any], int | None], type[Any]] = {}
 
 
-def _busy_parser(base: type[Any]) -> type[Any]:
-    """``base`` with the busy replies mapped to this library's classes; one class per base."""
-    if base not in _BUSY_PARSERS:
+def _busy_parser(base: type[Any], max_reply_bytes: int | None = None) -> type[Any]:
+    """``base`` with the busy replies mapped to this library's classes and, for the hiredis
+    parser, replies bounded by ``max_reply_bytes``; one class per base and bound."""
+    key = (base, max_reply_bytes)
+    if key not in _BUSY_PARSERS:
         table = {**base.EXCEPTION_CLASSES, **_BUSY_REPLIES}
-        _BUSY_PARSERS[base] = type(base.__name__, (base,), {"EXCEPTION_CLASSES": table})
-    return _BUSY_PARSERS[base]
+        namespace: dict[str, object] = {"EXCEPTION_CLASSES": table}
+        bases: tuple[type[Any], ...] = (base,)
+        if max_reply_bytes is not None and hasattr(base, "read_from_socket") and "_reader" in getattr(
+                base, "__slots__", ()):  # the hiredis parser: what it feeds its reader is counted
+            bases, namespace["max_reply_bytes"] = (_BoundedReplies, base), max_reply_bytes
+        _BUSY_PARSERS[key] = type(base.__name__, bases, namespace)
+    return _BUSY_PARSERS[key]
+
+
+class _BoundedReplies:
+    """A hiredis parser that stops a reply past ``max_reply_bytes``: it counts the bytes it
+    reads from the socket while a reply is incomplete, and raises
+    :class:`ReplyTooLargeError` before feeding hiredis more (redis-py closes the
+    connection on any error of a read, so the rest of the reply is never read)."""
+
+    max_reply_bytes: int
+    _stream: Any
+    _reader: Any
+    _read_size: int
+    _taken = 0
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        self._taken = 0
+        return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+
+    async def read_from_socket(self) -> bool:
+        buffer = await self._stream.read(self._read_size)
+        if not buffer or not isinstance(buffer, bytes):
+            raise redis_exc.ConnectionError("Connection closed by server.") from None
+        self._taken += len(buffer)
+        if self._taken > self.max_reply_bytes:
+            raise ReplyTooLargeError(f"a reply from Redis over {self.max_reply_bytes:,} bytes (the client's "
+                                     "max_reply_bytes): not read")
+        self._reader.feed(buffer)
+        return True
 
 
 _BUSY_CLASSES: dict[type[AbstractConnection], type[AbstractConnection]] = {}

@@ -158,6 +158,7 @@ def connect_sentinel(
     tls: TLSOptions | None = None,
     sentinel_username: str | None = None,
     sentinel_password: str | None = None,
+    max_reply_bytes: int | None = None,
     **kwargs: object,
 ) -> SentinelClient:
     """A redis.asyncio client on the current master of the Sentinel service ``master``.
@@ -211,5 +212,5 @@ def connect_sentinel(
     client = cast(SentinelClient, manager.master_for(master, redis_class=SentinelClient,
                                                      connection_pool_class=_WaitingSentinelPool, **node_options))
     pool = client.connection_pool
-    pool.connection_class = wrap_connection_class(pool)
+    pool.connection_class = wrap_connection_class(pool, max_reply_bytes)  # max_reply_bytes: as connect()'s
     return client

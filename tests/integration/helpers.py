@@ -48,10 +48,12 @@ async def running_workers(url: str, keys: Keys, count: int = 1, *, crash: bool =
     """
     stop = anyio.Event()
     consumers: list[Consumer] = []
-    clients = [connect(url, cluster=overrides.get("cluster", False)) for _ in range(count)]
+    settings = settings_for(url, keys, **overrides)
+    bound = None if settings.cluster else settings.max_reply_bytes  # as a worker process connects
+    clients = [connect(url, cluster=settings.cluster, max_reply_bytes=bound) for _ in range(count)]
     async with anyio.create_task_group() as tg:
         for i, client in enumerate(clients):
-            consumers.append(await tg.start(_worker, client, settings_for(url, keys, **overrides), f"w{i}", stop))
+            consumers.append(await tg.start(_worker, client, settings, f"w{i}", stop))
         try:
             yield consumers
         finally:
