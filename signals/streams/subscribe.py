@@ -60,6 +60,9 @@ __all__ = ("Subscription",)
 log = get_logger(__name__)
 _TRANSIENT = (redis_exc.ConnectionError, redis_exc.TimeoutError)
 _PAGE = 2000
+#: How many entries before a snapshot hint's a subscriber looks through for a signal (see
+#: ``Subscription._newer_before``).
+_LOOK_BACK = 16
 
 
 class Subscription:
@@ -133,7 +136,31 @@ class Subscription:
             return "-"
         if signal is None or signal.mode != "snapshot" or text_problem(signal, signal.contents) is not None:
             return "-"
+        if await self._newer_before(hint, signal.version):
+            log.warning("subscribe.stale_snapshot_hint", lane=self.lane, entry_id=hint, version=signal.version,
+                        note="a signal before it is as new or newer: read from the start")
+            return "-"
         return hint
+
+    async def _newer_before(self, hint: str, version: int) -> bool:
+        """Whether the nearest signal of the lane before the hint's entry (past up to
+        :data:`_LOOK_BACK` entries that are not) has ``version`` or a newer one, or none of
+        that many is a signal: the hint then names a copy of an older snapshot put after
+        newer signals (a genuine entry replayed, MAC and all, and the hint pointed at it),
+        which a new subscriber starting there would take for the latest. From the start,
+        versions only increase, so the copy is refused as stale."""
+        try:
+            before = await xrange_entries(self.redis, self.keys.signals(self.lane), end="(" + hint,
+                                          count=_LOOK_BACK, newest_first=True)
+        except CorruptDataError:
+            return True
+        for entry in before:
+            try:
+                previous = decode_entry(self.lane, entry, signer=self.signer)
+            except VerifyError:
+                continue
+            return previous.version >= version
+        return len(before) == _LOOK_BACK
 
     async def bootstrap(self, *, from_start: bool = False) -> list[Materialised]:
         """Read the current chain (last snapshot onwards, or ``from_start`` all retained,

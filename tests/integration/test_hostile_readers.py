@@ -300,6 +300,34 @@ async def test_corrupt_version_fields_are_named(redis: Redis, keys: Keys) -> Non
 # --- signing -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("junk_between", [0, 3])
+async def test_a_replayed_genuine_snapshot_named_by_the_hint_rolls_nothing_back(
+    redis_server: RedisServer, redis: Redis, keys: Keys, junk_between: int, warnings: list[dict[str, Any]],
+) -> None:
+    """Signing on, ACL misconfigured: a byte-for-byte copy of the lane's first (genuine,
+    signed) snapshot added at the end of its stream, and the hint pointed at it. A new
+    subscriber started at the hint and showed the model version 1's text as the latest. It
+    now sees that a signal before the hint is newer and reads from the start, where the copy
+    is stale (junk entries in between do not hide the newer signal)."""
+    signer = Signer(KEY)
+    await _write(redis_server.url, redis, keys, [_doc(0), _doc(1)], signing_key=KEY.decode())
+    stream = keys.signals("r:u")
+    (_, first), *_ = await redis.xrange(stream)
+    assert MAC_FIELD in first
+    for n in range(junk_between):
+        await redis.xadd(stream, {"x": f"junk {n}"})
+    copy = await redis.xadd(stream, first)
+    await redis.rpush(keys.snapshots("r:u"), copy)
+    sub = Subscription(redis, keys, "r:u", signer=signer)
+    items = await sub.bootstrap()
+    assert sub.value == _doc(1) and sub.version == 2 and [m.value for m in items][-1] == _doc(1)
+    assert "subscribe.stale_snapshot_hint" in [e["event"] for e in warnings]
+    agent = AgentWorkingMemory(redis, keys, resource_id="u", signer=signer)
+    await agent.start()
+    (added,) = (await agent.before_model_call([])).add
+    assert added.version == 2 and added.value == _doc(1)
+
+
 async def test_a_signer_refuses_what_no_worker_wrote(
     redis_server: RedisServer, redis: Redis, keys: Keys, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch, warnings: list[dict[str, Any]],
