@@ -15,7 +15,9 @@ import anyio
 import msgspec
 import pytest
 from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
+from signals.agent import AgentWorkingMemory
 from signals.core.codec import FIELD
 from signals.errors import InvalidInputError
 from signals.streams.client import ReplyTooLargeError, connect
@@ -128,4 +130,28 @@ async def test_the_bound_is_a_number_of_bytes_of_at_least_one_mib(redis_server: 
         assert await client.strlen("big") == len(HUGE)
     finally:
         await client.delete("big")
+        await client.aclose()
+
+
+async def test_an_agent_loop_on_a_bounded_client_starts_past_a_huge_log_entry(redis_server: RedisServer,
+                                                                             keys: Keys) -> None:
+    """Any agent user may append to any thread's delivery log: entries of 40 MB each made
+    another thread's loop read them whole at start (1.4 GB, or a MemoryError). On a client
+    with a reply bound the read stops at the bound; the loop starts (steps from 0, a
+    warning), and its deliveries are recorded as usual."""
+    client = connect(redis_server.url, max_reply_bytes=BOUND)
+    try:
+        await client.xadd(keys.deliveries("victim-thread"), {"x": HUGE})
+        store = WorkingMemoryStore(client, keys=keys)
+        await store.replace("owner", "# owner\n- fine", thread_id="victim-thread")
+        async with running_workers(redis_server.url, keys, 1):
+            agent = AgentWorkingMemory(client, keys, resource_id="owner", thread_id="victim-thread")
+            with capture_logs() as logs:
+                await agent.start()
+            assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["agent.delivery_log_unreadable"]
+            with anyio.fail_after(10):
+                while not (result := await agent.before_model_call([])).add:
+                    await anyio.sleep(0.05)
+            assert result.add[0].value == "# owner\n- fine" and result.step == 1
+    finally:
         await client.aclose()
