@@ -148,6 +148,14 @@ def redact_url(url: str) -> str:
         return "<unparsable URL>"
 
 
+#: The URL query options a Redis URL may carry (redis-py's, but TLS's and those that would
+#: change the replies this package reads: an unknown one became a keyword argument of every
+#: connection, and ``protocol=3`` reshaped the replies the worker parses).
+_URL_OPTIONS = frozenset({"db", "socket_timeout", "socket_connect_timeout", "socket_read_size", "socket_keepalive",
+                          "retry_on_timeout", "max_connections", "health_check_interval", "timeout", "protocol",
+                          "client_name"})
+
+
 def _check_url(url: object, tls: TLSOptions | None) -> str:
     """Refuse a URL redis-py would refuse at its first command, or one that overrides TLS."""
     if not isinstance(url, str):
@@ -163,11 +171,18 @@ def _check_url(url: object, tls: TLSOptions | None) -> str:
         scheme = f"scheme {parts.scheme!r}" if "://" in url else "no scheme"
         raise InvalidInputError(f"Redis URL {shown!r} has {scheme}: it must start with redis://, rediss:// "
                                 "(TLS) or unix://")
-    for name in query:
+    for name, values in query.items():
         if name.lower().startswith("ssl"):
             instead = _TLS_SETTING.get(name.lower(), "the tls_* settings (TLSOptions)")
             raise InvalidInputError(f"Redis URL option {name!r} is refused: TLS is configured only through the "
                                     f"TLS settings, which it would silently override; use {instead} instead")
+        if name == "protocol" and values != ["2"]:
+            raise InvalidInputError(f"Redis URL option protocol={','.join(values)[:20]!r} is refused: wm-signals "
+                                    "speaks RESP2 (protocol=2), whose replies it reads; leave the option out")
+        if name not in _URL_OPTIONS:
+            raise InvalidInputError(f"Redis URL option {name[:40]!r} is not one wm-signals passes on (redis-py "
+                                    f"would take it as a connection argument); the options are "
+                                    f"{', '.join(sorted(_URL_OPTIONS))}")
     if tls is not None and parts.scheme != "rediss":
         raise InvalidInputError(f"TLS settings need a rediss:// Redis URL, not {parts.scheme}://")
     return parts.scheme

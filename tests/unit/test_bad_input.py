@@ -165,6 +165,20 @@ def test_url_tls_options_are_refused(query: str) -> None:
         connect(f"rediss://127.0.0.1:6380/0?{query}")
 
 
+@pytest.mark.parametrize(("query", "needle"), [
+    ("protocol=3", "speaks RESP2"), ("protocol=9", "speaks RESP2"), ("bogus=1", "'bogus' is not one"),
+    ("decode_responses=false", "'decode_responses' is not one"), ("db=1&encoding=latin-1", "'encoding' is not one"),
+])
+def test_url_options_that_would_change_the_replies_are_refused(query: str, needle: str) -> None:
+    """``?protocol=3`` reshaped the replies the worker parses (it died at its first read
+    while writes went on); an unknown option became a keyword argument of every connection
+    (a TypeError at the first command, exit 1). Each is bad input now, naming the option."""
+    with pytest.raises(InvalidInputError, match=re.escape(needle)):
+        connect(f"redis://127.0.0.1:6380/0?{query}")
+    for cluster in (False, True):
+        connect("redis://127.0.0.1:6380/0?protocol=2&socket_timeout=5&db=0", cluster=cluster)  # still taken
+
+
 def test_ssl_keywords_are_refused() -> None:
     """``connect(..., ssl_cert_reqs="none")`` is refused too: TLS goes through TLSOptions."""
     with pytest.raises(InvalidInputError, match="TLSOptions"):
