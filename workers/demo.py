@@ -24,6 +24,7 @@ from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
 from signals.streams.store import WorkingMemoryStore
 from workers.consumer import BatchStats
+from workers.display import OutputConsole
 from workers.settings import Settings
 from workers.supervisor import run_worker
 
@@ -115,7 +116,7 @@ def _summary(counts: _Counts, stats: BatchStats) -> Table:
 
 async def run_demo(url: str, settings: Settings, console: Console | None = None) -> None:
     """Run the scripted demo against the Redis at ``url``."""
-    out = console or Console(highlight=False)
+    out = console or OutputConsole(highlight=False)  # a reader gone (`| head`) is exit 141, as for every command
     keys = Keys(namespace=f"demo-{uuid.uuid4().hex[:6]}", partitions=settings.partitions)
     redis = connect(url, cluster=settings.cluster)
     worker_settings = settings.model_copy(update={"namespace": keys.namespace, "block_ms": 20,

@@ -360,6 +360,19 @@ def test_a_reader_that_closes_early_on_a_table_gets_exit_141(url: str) -> None:
     assert code == 141 and "Traceback" not in err, (code, err)
 
 
+def test_demo_into_a_reader_that_closes_early_gets_exit_141(url: str) -> None:
+    """``demo | head -1`` exited 1 with nothing said (rich's own handling of a closed pipe):
+    it now ends as every command does, 141, with no traceback."""
+    cmd = [sys.executable, "-m", "workers", "demo", "--redis-url", url]
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline()  # as head -1 does: one line, then the reader is gone
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        code = proc.wait(120)
+    assert code == 141 and "Traceback" not in err and "wm-signals:" not in err, (code, err)
+
+
 def test_a_reader_that_closes_early_gets_no_error_line(url: str) -> None:
     """``replay ... | head -n 1``: exit 141 (as a filter killed by SIGPIPE), nothing on stderr."""
     namespace = _lane_with_two_versions(url)
