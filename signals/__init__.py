@@ -55,6 +55,7 @@ from signals.streams.client import (
     RedisOutOfMemoryError,
     RedisReadOnlyError,
     RedisScriptBusyError,
+    ReplyTooLargeError,
     TLSOptions,
     connect,
 )
@@ -102,6 +103,7 @@ __all__ = (
     "RedisReadOnlyError",
     "RedisScriptBusyError",
     "RedisUnavailableError",
+    "ReplyTooLargeError",
     "ScenarioError",
     "SchemaValidationError",
     "SentinelClient",

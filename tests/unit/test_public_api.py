@@ -32,7 +32,8 @@ EXPECTED = frozenset({
     "InvalidInputError", "MissingDependencyError", "NamespaceMismatchError", "PatchError",
     "ReadOnlyError",
     "RedisBusyError", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError", "RedisScriptBusyError",
-    "RedisUnavailableError", "ScenarioError", "SchemaValidationError", "ThreadOwnerError", "VerifyError",
+    "RedisUnavailableError", "ReplyTooLargeError", "ScenarioError", "SchemaValidationError", "ThreadOwnerError",
+    "VerifyError",
     "WmSignalsError",
 })
 
