@@ -210,12 +210,15 @@ def test_empty_template_overwrite_is_refused() -> None:
 def test_a_blank_write_over_real_data_is_refused(blank: str) -> None:
     """A blank write was stored (version 2) but emits no signal (Mastra's rule): the model kept
     the old text, and a new window was given the last snapshot of memory reported erased.
-    It is refused as the empty template is; a blank lane may still be written blank."""
+    It is refused as the empty template is. On a new (or blank) lane it is refused too: it
+    stored a document no signal ever shows, which replay then took for writes no worker had
+    processed."""
     cfg = WorkingMemoryConfig()
     with pytest.raises(EmptyTemplateOverwriteError, match="blank"):
         apply_replace("# U1\n- allergic to peanuts", blank, cfg)
-    apply_replace(None, blank, cfg)  # no data to lose: not refused
-    apply_replace(" \n", blank, cfg)
+    for existing in (None, " \n"):
+        with pytest.raises(InvalidInputError, match="the write is blank"):
+            apply_replace(existing, blank, cfg)
 
 
 def test_oversized_document_is_refused() -> None:
