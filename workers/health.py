@@ -140,9 +140,19 @@ class Board:
             time.sleep(0)  # the writer is mid-write: let it finish
         return copy  # a writer that died mid-write: its last values, good enough to judge it
 
-    def vectors(self) -> list[list[float]]:
-        """Every slot's metrics vector."""
-        return [self.read(slot)[_HEADER:] for slot in range(self.slots)]
+    def vectors(self, stale_s: float | None = None) -> list[list[float]]:
+        """Every slot's metrics vector; with ``stale_s``, a slot not published for longer
+        (its process stopped: SIGSTOP, a hang) reads ``up`` 0: its last vector said 1, and
+        ``wm_signals_up`` stayed 1 while ``/livez`` and ``/readyz`` said the worker was stuck."""
+        now = time.monotonic()
+        out = []
+        for slot in range(self.slots):
+            copy = self.read(slot)
+            vector = copy[_HEADER:]
+            if stale_s is not None and now - copy[3] > stale_s:
+                vector[self.layout.gauges] = 0.0  # the up gauge (see WorkerMetrics.vector)
+            out.append(vector)
+        return out
 
     def liveness(self, bound: float, alive: Callable[[int], bool] | None = None) -> str | None:
         """Why the worker is not live, or ``None`` when every slot progressed within ``bound``."""

@@ -90,7 +90,7 @@ class OpsServer:
                  alive: Callable[[int], bool] | None = None) -> None:
         self.board = board
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(MetricsCollector(lambda: (board.layout, board.vectors()), version()))
+        self.registry.register(MetricsCollector(lambda: (board.layout, board.vectors(ready_max_age_s)), version()))
         ops = self
 
         class Handler(_DeadlineHandler):

@@ -196,9 +196,17 @@ async def test_processes_2_metrics_count_what_was_written_and_lag_follows_a_paus
                 status, body = await _http(worker_port, "/livez")
                 return body if status == 503 else None
             assert "no read loop progress" in await _until("/livez names the stuck process", not_live)
+
+            async def down() -> bool:  # its last vector said up 1: a slot not published reads 0
+                return (await _metrics(worker_port))["wm_signals_up"] == 0
+            await _until("wm_signals_up 0 while a process is stuck", down)
         finally:
             os.kill(paused, signal.SIGCONT)
         await _until("/livez again", lambda: _status(worker_port, "/livez", 200))
+
+        async def up() -> bool:
+            return (await _metrics(worker_port))["wm_signals_up"] == 1
+        await _until("wm_signals_up 1 again", up)
 
         async def drained() -> bool:
             m = await _metrics(worker_port)
