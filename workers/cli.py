@@ -69,6 +69,8 @@ class _Parser(argparse.ArgumentParser):
         reported it, pointing to a help that does not list the command's flags)."""
         parsed, extra = super().parse_known_args(args, namespace)
         command = getattr(parsed, "command", None)
+        if command == "dlq" and getattr(parsed, "id", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
+            parsed.id, extra = extra[0], []  # `dlq show --namespace NS ID`: argparse filled the id's place empty
         if extra and command and not self.prog.partition(" ")[2]:
             chosen = self._subcommands().get(command)
             if chosen is not None:

@@ -215,6 +215,13 @@ def test_dlq_cli_lists_and_drops(redis_server: RedisServer, keys: Keys, capsys: 
     dead_id = out.split()[0]
     code, out, _ = _cli(capsys, "dlq", *_flags(redis_server, keys), "show", dead_id)
     assert code == 0 and msgspec.json.decode(out)["fields"] == {FIELD: "{broken"}
+    # options between the action and the id (argparse had left the id's place empty: exit 2)
+    code, again, _ = _cli(capsys, "dlq", "show", *_flags(redis_server, keys), dead_id)
+    assert (code, again) == (0, out)
+    with pytest.raises(SystemExit) as usage:  # anything more is still a usage error
+        main(["dlq", "show", *_flags(redis_server, keys), dead_id, "extra"])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and "unrecognized arguments" in err and "extra" in err
     assert _cli(capsys, "dlq", *_flags(redis_server, keys), "drop", dead_id)[0] == 0
     code, out, _ = _cli(capsys, "dlq", *_flags(redis_server, keys), "list")
     assert code == 0 and out == ""
