@@ -138,7 +138,8 @@ def leaf(error: BaseException) -> BaseException:
 #: The role each command runs as (deploy/README.md, "ACL users"), for a refusal by the ACL.
 _ROLES = {"worker": "the worker role", "write": "the writer or agent role", "get": "a writer, reader or agent role",
           "subscribe": "a reader, writer or agent role", "export": "the operator role",
-          "replay": "the operator role (--verify reads the lane's tracking; without it any role that reads signals)",
+          "replay": "the operator role (--verify reads the lane's tracking; without it, --deliveries included, "
+                    "any role that reads signals and delivery logs: reader, agent or operator)",
           "inspect": "the operator role", "dlq": "the operator role"}
 
 

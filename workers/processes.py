@@ -215,6 +215,8 @@ def run_check(settings: Settings) -> int:
 
     try:
         why = run(main)
+    except redis_exc.NoPermissionError as e:  # the probe runs as the worker's own user (or the operator)
+        why = f"cannot read the heartbeat: {e} (run the probe as the worker or operator role)"
     except (redis_exc.RedisError, WmSignalsError, OSError) as e:
         why = f"cannot read the heartbeat: {e}"
     if why is None:

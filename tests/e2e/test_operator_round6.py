@@ -154,6 +154,11 @@ async def test_a_command_the_acl_refuses_names_the_role_it_needs(tmp_path: Path)
             lines = err.splitlines()
             assert code == 1 and len(lines) == 1, (code, err)
             assert f"may not do what '{args[0]}' needs" in lines[0] and role in lines[0], lines[0]
+        writer_url = f"redis://wm-writer:writer-pw@127.0.0.1:{server.port}/0"
+        code, _, err = await wm(writer_url, keys, "replay", "--resource", "acl1", "--thread", "t1", "--deliveries")
+        assert code == 1 and "reader, agent or operator" in err, err  # not "--verify reads the tracking" alone
+        code, _, err = await wm(writer_url, keys, "worker", "--check", "--consumer-name", "probe")
+        assert code == 1 and "run the probe as the worker or operator role" in err, err  # it named no role
     finally:
         await writer.aclose()
         server.stop()
