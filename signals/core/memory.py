@@ -207,6 +207,8 @@ def parse_merge_input(update: str | dict[str, Any]) -> dict[str, Any]:
                 raise InvalidInputError(
                     f"merge input holds the escape {lone} at character {text.index(lone)}: a lone "
                     "surrogate (half of a UTF-16 pair) has no UTF-8 form and cannot be stored") from e
+            if not text.strip():  # msgspec says "Input data was truncated" of no text at all
+                raise InvalidInputError("merge input is empty: a merge takes a JSON object") from e
             raise InvalidInputError(f"merge input is not valid JSON: {e}") from e
     if not isinstance(update, dict):
         raise InvalidInputError(

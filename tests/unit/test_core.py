@@ -196,6 +196,9 @@ def test_merge_input_must_be_an_object() -> None:
         apply_merge(None, "[1, 2]", cfg)
     with pytest.raises(InvalidInputError, match="not valid JSON"):
         apply_merge(None, "{nope", cfg)
+    for empty in ("", " \n"):  # an empty file: msgspec's "Input data was truncated" named nothing
+        with pytest.raises(InvalidInputError, match="merge input is empty"):
+            apply_merge(None, empty, cfg)
 
 
 def test_empty_template_overwrite_is_refused() -> None:
