@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
@@ -238,10 +239,15 @@ class Settings(BaseSettings):
         return self
 
     def log_deprecations(self) -> None:
-        """Log a warning per deprecated setting in use (once logging is configured: a
-        worker configures it from these very settings)."""
+        """Log a warning per deprecated setting in use, and per ``WM_SIGNALS_*`` variable
+        that names no setting (a misspelt one was ignored without a word, so the setting
+        kept its default), once logging is configured (a worker configures it from these
+        very settings)."""
         for fields in self._deprecations:
             log.warning("settings.deprecated", **fields)
+        for name in unknown_variables(os.environ):
+            log.warning("settings.unknown_variable", variable=name[:80],
+                        note="no setting has this name: it is ignored (see the README's settings)")
 
     def keys(self) -> Keys:
         """The key layout."""
@@ -283,3 +289,13 @@ class Settings(BaseSettings):
             claim_idle_ms=self.claim_idle_ms,
             max_attempts=self.max_attempts,
         )
+
+
+#: ``WM_SIGNALS_*`` variables read outside the settings (the CLI's traceback switch).
+_OTHER_VARIABLES = frozenset({"WM_SIGNALS_TRACEBACK"})
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """The ``WM_SIGNALS_*`` variables of ``environ`` that name no setting (any case)."""
+    known = {"WM_SIGNALS_" + name.upper() for name in Settings.model_fields} | _OTHER_VARIABLES
+    return sorted(name for name in environ if name.upper().startswith("WM_SIGNALS_") and name.upper() not in known)

@@ -110,6 +110,20 @@ def test_a_worker_setting_it_cannot_honour_is_refused(redis_server: RedisServer,
     assert lines[0].startswith("wm-signals: invalid setting") and setting in lines[0], lines[0]
 
 
+def test_a_variable_that_names_no_setting_is_warned_of(redis_server: RedisServer, keys: Keys) -> None:
+    """``WM_SIGNALS_IDEMPOTENCY_TTL_S`` (a library parameter) or a misspelt setting was
+    ignored without a word, so the setting kept its default: each is named in a warning;
+    settings, in any case, and the CLI's own switch are not."""
+    env = {**os.environ, "WM_SIGNALS_IDEMPOTENCY_TTL_S": "60", "WM_SIGNALS_RETAIN_SIGNAL": "5",
+           "wm_signals_block_ms": "50", "WM_SIGNALS_TRACEBACK": ""}
+    proc = subprocess.run([sys.executable, "-m", "workers", "get", "--resource", "nobody", "--redis-url",
+                           redis_server.url, "--namespace", keys.namespace],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    warned = sorted(json.loads(line)["variable"] for line in proc.stderr.splitlines()
+                    if "settings.unknown_variable" in line)
+    assert warned == ["WM_SIGNALS_IDEMPOTENCY_TTL_S", "WM_SIGNALS_RETAIN_SIGNAL"], proc.stderr
+
+
 def test_a_log_level_is_taken_in_any_case(redis_server: RedisServer, keys: Keys) -> None:
     """``WARNING`` is the level ``warning``: the check runs (no live worker of that name: exit 1)."""
     env = {**os.environ, "WM_SIGNALS_LOG_LEVEL": "WARNING"}
