@@ -280,10 +280,12 @@ class Monitor:
                 pipe.info("memory")
             replies = await pipe.execute(raise_on_error=False)
         code = self._gauges(replies[:2 * keys.partitions])
+        if single and (_is_replica(replies[-2]) or _out_of_memory(replies[-1])):
+            # every commit would be refused (READONLY, OOM), though the reads above pass there; first,
+            # as the cause: a worker started on a replica never made its groups there either
+            return 3
         if code:
             return code
-        if single and (_is_replica(replies[-2]) or _out_of_memory(replies[-1])):
-            return 3  # every commit would be refused (READONLY, OOM), though the reads above pass there
         if not all(await self.redis.script_exists(*self._shas)):
             for text in self._scripts.values():
                 await self.redis.script_load(text)

@@ -422,6 +422,11 @@ async def test_readiness_fails_on_a_read_only_replica() -> None:
         monitor = Monitor(clients[1], keys, board=Board(1, Layout(keys.partitions)), slot=0, interval_s=1,
                           heartbeat_ttl_s=5, bound_s=30, instance="host-r", metrics=WorkerMetrics())
         assert await monitor._check() == 3
+        # a namespace whose groups were never made (a worker started on the replica could not):
+        # the cause is the replica, not the missing groups (it said "the consumer group is missing")
+        other = Monitor(clients[1], Keys(keys.namespace + "x", 4), board=Board(1, Layout(4)), slot=0,
+                        interval_s=1, heartbeat_ttl_s=5, bound_s=30, instance="host-r2", metrics=WorkerMetrics())
+        assert await other._check() == 3
         await clients[1].execute_command("REPLICAOF", "NO", "ONE")  # promoted: ready again
         assert await monitor._check() == 0
     finally:
