@@ -124,7 +124,6 @@ class Consumer(GroupReader):
         what a writer puts in a write stream never costs the process more memory than the
         bound, and never stops it.
         """
-        self.drain_needed = False
         total = BatchStats()
         cursors: dict[str, str] = dict.fromkeys(streams or self.keys.all_writes(), "0")
         while cursors:
@@ -182,16 +181,16 @@ class Consumer(GroupReader):
                 if claimed:
                     log.info("worker.reclaimed", stream=stream, count=len(claimed))
                     METRICS.add("reclaimed_entries", len(claimed))
-                    raw = await self._read_ids(stream, claimed, total)
-                    if raw:
-                        total.add(await self.process(raw))
+                    await self._process_ids(stream, claimed, total)
                 if start in ("0-0", "0"):
                     break
         return total
 
-    async def _read_ids(self, stream: str, ids: list[str], total: BatchStats) -> list[RawEntry]:
-        """The entries of ``stream`` with these ids (fields ``None``: deleted), read in
-        halves while a reply is over the bound; one alone over it is dead-lettered."""
+    async def _process_ids(self, stream: str, ids: list[str], total: BatchStats) -> None:
+        """Read the entries of ``stream`` with these ids (fields ``None``: deleted) and
+        process them, in halves while the reads are over the bound (each half processed as
+        soon as it is read, so that no more than one bounded read is held at a time); one
+        alone over it is dead-lettered."""
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for entry_id in ids:
@@ -200,11 +199,13 @@ class Consumer(GroupReader):
         except ReplyTooLargeError as e:
             if len(ids) == 1:
                 total.dead_letters += await self._oversized(stream, ids[0], e)
-                return []
+                return
             half = len(ids) // 2
-            return await self._read_ids(stream, ids[:half], total) + await self._read_ids(stream, ids[half:], total)
-        return [(stream, entry_id, found[0][1] if found else None)
-                for entry_id, found in zip(ids, replies, strict=True)]
+            await self._process_ids(stream, ids[:half], total)
+            await self._process_ids(stream, ids[half:], total)
+            return
+        total.add(await self.process([(stream, entry_id, found[0][1] if found else None)
+                                      for entry_id, found in zip(ids, replies, strict=True)]))
 
     async def process_and_read(self, raw: list[RawEntry], streams: list[str] | None) -> list[RawEntry]:
         """Process entries, and read what waits next on ``streams`` in the same round trip.
@@ -242,9 +243,11 @@ class Consumer(GroupReader):
         try:
             await self._passes(entries, stats, prefetch)
         except ReplyTooLargeError:
-            # a reply over the bound: a lane's keys (a document field a writer made huge, say), or
-            # the read-ahead (its entries are pending: the read loop drains them, see drain_needed)
+            # replies over the bound: a lane's keys (a document field a writer made huge, say), the
+            # keys of many lanes together, or the read-ahead (its entries are pending: the read loop
+            # drains them, see drain_needed); later reads take fewer entries
             self.drain_needed = True
+            self.read_count = max(1, self.read_count // 4)
             if prefetch is not None:
                 prefetch.entries = []
             await self._one_by_one(entries, stats)

@@ -158,6 +158,7 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
             if active is not streams and time.monotonic() - checked > consumer.options.claim_idle_ms / 1000:
                 active, checked = await consumer.readable(streams), time.monotonic()
             if drain:
+                consumer.drain_needed = False  # this drain reads what a read-ahead left pending
                 await consumer.drain_pending(active)
                 drain = False
                 continue

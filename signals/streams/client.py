@@ -208,8 +208,9 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, m
     command finding them all in use waits for one (:class:`WaitsForConnections`, up to
     ``pool_wait_s``) rather than failing.
 
-    ``max_reply_bytes`` bounds what one reply may bring into the process on one server
-    (and through Sentinel): past it, the read stops, the connection is closed and
+    ``max_reply_bytes`` bounds what one round trip's replies (one command's, or a whole
+    pipeline's together) may bring into the process on one server (and through Sentinel):
+    past it, the read stops, the connection is closed and
     :class:`ReplyTooLargeError` is raised, so that what a writer put in Redis (a 100 MB
     stream entry, a document field of any size) costs this process at most that much
     memory, never a ``MemoryError``. ``None`` (the default): no bound. It needs the
@@ -407,6 +408,12 @@ class _BusyErrors:
     def set_parser(self, parser_class: type[Any]) -> None:
         super().set_parser(_busy_parser(parser_class, self.max_reply_bytes))  # type: ignore[misc]
 
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        parser = getattr(self, "_parser", None)
+        if isinstance(parser, _BoundedReplies):  # the replies to this send are counted from here
+            parser.round_trip()
+
 
 _BUSY_PARSERS: dict[tuple[type[Any], int | None], type[Any]] = {}
 
@@ -427,10 +434,12 @@ def _busy_parser(base: type[Any], max_reply_bytes: int | None = None) -> type[An
 
 
 class _BoundedReplies:
-    """A hiredis parser that stops a reply past ``max_reply_bytes``: it counts the bytes it
-    reads from the socket while a reply is incomplete, and raises
-    :class:`ReplyTooLargeError` before feeding hiredis more (redis-py closes the
-    connection on any error of a read, so the rest of the reply is never read)."""
+    """A hiredis parser that stops a round trip's replies past ``max_reply_bytes``: it
+    counts the bytes it reads from the socket since the connection last sent (one command,
+    or a whole pipeline, whose replies count together: a pipeline of many replies each
+    under the bound brought in their sum), and raises :class:`ReplyTooLargeError` before
+    feeding hiredis more (redis-py closes the connection on any error of a read, so the
+    rest is never read). Its body is redis-py's ``read_from_socket`` with the count."""
 
     max_reply_bytes: int
     _stream: Any
@@ -438,9 +447,9 @@ class _BoundedReplies:
     _read_size: int
     _taken = 0
 
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+    def round_trip(self) -> None:
+        """Count anew: the connection has sent a command (or a pipeline's commands)."""
         self._taken = 0
-        return await super().read_response(*args, **kwargs)  # type: ignore[misc]
 
     async def read_from_socket(self) -> bool:
         buffer = await self._stream.read(self._read_size)

@@ -118,7 +118,9 @@ async def test_a_lane_whose_keys_are_over_the_bound_is_dead_lettered_alone(redis
 
 async def test_the_bound_is_a_number_of_bytes_of_at_least_one_mib(redis_server: RedisServer) -> None:
     """A client's reply bound: at least 1 MiB (an event may be 4 Mi characters), an int;
-    an over-bound reply raises ReplyTooLargeError and the client goes on."""
+    an over-bound reply raises ReplyTooLargeError and the client goes on. It bounds a round
+    trip: a pipeline's replies count together (they were counted one by one, so many lanes'
+    keys each under the bound still came in whole together)."""
     for bad in (0, BOUND - 1, 2.5, True, "32MiB"):
         with pytest.raises(InvalidInputError, match="max_reply_bytes is a number of bytes"):
             connect(redis_server.url, max_reply_bytes=bad)  # type: ignore[arg-type]
@@ -128,8 +130,20 @@ async def test_the_bound_is_a_number_of_bytes_of_at_least_one_mib(redis_server: 
         with pytest.raises(ReplyTooLargeError, match=f"over {BOUND:,} bytes"):
             await client.get("big")
         assert await client.strlen("big") == len(HUGE)
+        # a pipeline's replies count together: three values each under the bound were read whole
+        await client.set("part", "p" * (BOUND // 2))
+        assert len(await client.get("part")) == BOUND // 2
+        async with client.pipeline(transaction=False) as pipe:
+            for _ in range(3):
+                pipe.get("part")
+            with pytest.raises(ReplyTooLargeError):
+                await pipe.execute()
+        async with client.pipeline(transaction=False) as pipe:  # and the count starts anew each round trip
+            for _ in range(3):
+                pipe.strlen("part")
+            assert await pipe.execute() == [BOUND // 2] * 3
     finally:
-        await client.delete("big")
+        await client.delete("big", "part")
         await client.aclose()
 
 
@@ -155,3 +169,20 @@ async def test_an_agent_loop_on_a_bounded_client_starts_past_a_huge_log_entry(re
             assert result.add[0].value == "# owner\n- fine" and result.step == 1
     finally:
         await client.aclose()
+
+
+async def test_lanes_whose_keys_together_are_over_the_bound_are_read_alone(redis_server: RedisServer, redis: Redis,
+                                                                           keys: Keys) -> None:
+    """Several lanes whose keys are each under the bound but together over it, read in one
+    pipeline: the batch is retried lane by lane, each fits, none is dead-lettered."""
+    store = WorkingMemoryStore(redis, keys=keys)
+    names = [f"wide{n}" for n in range(4)]
+    for name in names:
+        await redis.hset(keys.track(f"r:{name}"), mapping={"wv": "0", "v": "0", "ck": "c" * (BOUND // 3)})
+    for name in names:
+        await store.replace(name, f"# {name}\n- fine")
+    async with running_workers(redis_server.url, keys, 1, max_reply_bytes=BOUND):
+        assert await _settled(redis, keys, 0) == []
+        with anyio.fail_after(10):
+            while not await _signalled(redis, keys, names):
+                await anyio.sleep(0.05)
