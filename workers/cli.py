@@ -69,12 +69,12 @@ class _Parser(argparse.ArgumentParser):
         reported it, pointing to a help that does not list the command's flags)."""
         parsed, extra = super().parse_known_args(args, namespace)
         command = getattr(parsed, "command", None)
-        if command == "dlq" and getattr(parsed, "id", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
-            parsed.id, extra = extra[0], []  # `dlq show --namespace NS ID`: argparse filled the id's place empty
         if extra and command and not self.prog.partition(" ")[2]:
             chosen = self._subcommands().get(command)
             if chosen is not None:
-                chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+                extra = _fill_optional_positionals(chosen, parsed, extra)
+                if extra:
+                    chosen.error(f"unrecognized arguments: {' '.join(extra)}")
         return parsed, extra
 
     def _subcommands(self) -> dict[str, argparse.ArgumentParser]:
@@ -88,6 +88,20 @@ class _Parser(argparse.ArgumentParser):
         command = self.prog.partition(" ")[2]  # the subcommand's parser is named "wm-signals CMD"
         where = f"{command}: " if command else ""
         self.exit(2, f"wm-signals: {where}{' '.join(message.split())} (see: {self.prog} --help)\n")
+
+
+def _fill_optional_positionals(parser: argparse.ArgumentParser, parsed: argparse.Namespace,
+                               extra: list[str]) -> list[str]:
+    """Give words left over to the command's optional positionals argparse left empty.
+
+    argparse fills an optional positional (``nargs="?"``) at once with the positional
+    before it, empty when an option comes between them: ``dlq show --namespace NS ID``
+    left ``ID`` over, a usage error. Returns what is still left over."""
+    for action in parser._actions:
+        if (extra and not action.option_strings and action.nargs == "?" and not extra[0].startswith("-")
+                and getattr(parsed, action.dest, None) == action.default):
+            setattr(parsed, action.dest, extra.pop(0))
+    return extra
 
 
 def build_parser() -> argparse.ArgumentParser:
