@@ -37,8 +37,8 @@ from signals.streams.client import Client, connect
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
 from signals.streams.store import WorkingMemoryStore
-from workers import runtime
-from workers.embedded import RedisServer
+from workers.runtime import connect as runtime
+from workers.runtime.embedded import RedisServer
 
 KEEP = 8
 DOC = "# User\n" + "\n".join(f"- fact {i}: something the agent remembers about the user" for i in range(12))

@@ -47,8 +47,8 @@ from bench.resp import RawConnection, pack, pack_args
 from signals.core.codec import FIELD
 from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
-from workers import runtime
-from workers.embedded import RedisServer
+from workers.runtime import connect as runtime
+from workers.runtime.embedded import RedisServer
 
 LANES = 200
 WARMUP_S = 0.5  # not measured: connections opening, first script loads, caches filling
@@ -315,7 +315,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--writer":
-        from workers.logging import configure_logging  # noqa: PLC0415
+        from workers.runtime.logging import configure_logging  # noqa: PLC0415
 
         configure_logging("json", "warning")
         runtime.tune_gc()  # the load generator runs with the worker's collector settings

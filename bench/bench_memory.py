@@ -37,8 +37,8 @@ from signals.core.retention import DEFAULT_RETAIN_SIGNALS
 from signals.streams.client import Client, connect, queue_script
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import LaneRef, WorkingMemoryStore
-from workers import runtime
-from workers.embedded import RedisServer
+from workers.runtime import connect as runtime
+from workers.runtime.embedded import RedisServer
 
 SNAPSHOT_EVERY = 20  # the worker's default
 PIPELINE = 500  # write-script calls per round trip

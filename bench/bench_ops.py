@@ -40,9 +40,9 @@ from signals.core.codec import FIELD, encode_json
 from signals.core.models import WriteEvent
 from signals.streams.client import Client, connect
 from signals.streams.keys import GROUP, Keys
-from workers.commit import BatchStats
-from workers.embedded import RedisServer, free_port
-from workers.metrics import WorkerMetrics
+from workers.engine.commit import BatchStats
+from workers.ops.metrics import WorkerMetrics
+from workers.runtime.embedded import RedisServer, free_port
 
 ROOT = Path(__file__).parents[1]
 PARTITIONS = 16

@@ -22,8 +22,8 @@ from signals.core.codec import FIELD, encode_json
 from signals.core.models import WriteEvent
 from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
-from workers import runtime
-from workers.embedded import RedisServer
+from workers.runtime import connect as runtime
+from workers.runtime.embedded import RedisServer
 
 
 def _rss_mb(pid: int) -> float:

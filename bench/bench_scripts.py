@@ -4,7 +4,7 @@ least the same traffic needs, measured in the same run (a diagnostic: not part o
 
 On a fresh private redis-server, L lanes each take one write per round (R rounds after a
 warm-up that fills the document chains and the tracking cache), and a
-:class:`~workers.consumer.Consumer` processes each round in batches, as a worker does.
+:class:`~workers.engine.consumer.Consumer` processes each round in batches, as a worker does.
 Writing and processing take turns, so ``INFO commandstats`` read around each phase
 separates the two scripts (both sent as ``EVALSHA``, as the store and the worker send
 them). Printed, per write and per committed lane, the microseconds of Redis CPU of:
@@ -38,8 +38,9 @@ from signals.core.codec import FIELD
 from signals.streams.client import Client, connect
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
-from workers.consumer import Consumer, ConsumerOptions
-from workers.embedded import RedisServer
+from workers.engine.consumer import Consumer
+from workers.engine.options import ConsumerOptions
+from workers.runtime.embedded import RedisServer
 
 WARMUP_ROUNDS = 70  # past the chain's first block (64 ids): the steady state of a long-lived lane
 

@@ -20,8 +20,8 @@ from signals.core.lane import LaneOptions, LaneTracking, advance
 from signals.core.models import WriteEvent
 from signals.streams.client import connect
 from signals.streams.keys import Keys
-from workers import runtime
-from workers.embedded import RedisServer
+from workers.runtime import connect as runtime
+from workers.runtime.embedded import RedisServer
 
 
 async def _load(url: str, keys: Keys, count: int) -> None:

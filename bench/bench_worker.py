@@ -42,9 +42,9 @@ from signals.core.codec import FIELD, encode_json
 from signals.core.models import WriteEvent
 from signals.streams.client import connect
 from signals.streams.keys import Keys
-from workers import runtime
-from workers.chains import CHAIN_IDS
-from workers.embedded import RedisServer
+from workers.engine.chains import CHAIN_IDS
+from workers.runtime import connect as runtime
+from workers.runtime.embedded import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The last commit before the worker validated what it reads (``git log``: the parent of
@@ -61,9 +61,9 @@ try:
     from signals.streams.client import connect
 except ImportError:
     from signals._util import connect
-from workers import runtime
-from workers.settings import Settings
-from workers.supervisor import run_worker
+from workers.runtime import connect as runtime
+from workers.runtime.settings import Settings
+from workers.runtime.worker import run_worker
 
 async def server_cpu(redis):
     info = await redis.info("cpu")

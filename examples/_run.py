@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from signals.agent import AgentWorkingMemory
-from workers.embedded import RedisServer
-from workers.logging import configure_logging
+from workers.runtime.embedded import RedisServer
+from workers.runtime.logging import configure_logging
 
 
 def run_example(main: Callable[[str], Awaitable[None]]) -> None:

@@ -32,10 +32,10 @@ import anyio
 
 from signals import AgentWorkingMemory, Keys, connect
 from signals.streams.progress import wait_caught_up
-from workers.embedded import RedisServer
-from workers.logging import configure_logging
-from workers.settings import Settings
-from workers.supervisor import run_worker
+from workers.runtime.embedded import RedisServer
+from workers.runtime.logging import configure_logging
+from workers.runtime.settings import Settings
+from workers.runtime.worker import run_worker
 
 PROFILE = "# User Information\n- **First Name**: Ada\n- **Location**: London\n- **Interests**: engines"
 

@@ -25,8 +25,8 @@ from _run import run_example
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.anthropic import AnthropicWorkingMemory, is_working_memory_message
 from signals.streams.progress import wait_caught_up
-from workers.settings import Settings
-from workers.supervisor import run_worker
+from workers.runtime.settings import Settings
+from workers.runtime.worker import run_worker
 
 SYSTEM = "You are a helpful assistant."
 WRITES = {1: "# User\n- **Name**: Ada\n- **City**: London", 4: "# User\n- **Name**: Ada\n- **City**: Paris"}

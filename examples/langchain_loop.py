@@ -30,8 +30,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.langchain import WorkingMemoryMiddleware, is_working_memory_message
 from signals.streams.progress import wait_caught_up
-from workers.settings import Settings
-from workers.supervisor import run_worker
+from workers.runtime.settings import Settings
+from workers.runtime.worker import run_worker
 
 PROFILE = "# User Information\n- **First Name**: Ada\n- **Location**: London\n- **Interests**: engines"
 WRITES = {1: PROFILE, 4: PROFILE.replace("London", "Paris"),

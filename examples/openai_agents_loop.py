@@ -27,8 +27,8 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.openai_agents import OpenAIAgentsWorkingMemory, is_working_memory_message
 from signals.streams.progress import wait_caught_up
-from workers.settings import Settings
-from workers.supervisor import run_worker
+from workers.runtime.settings import Settings
+from workers.runtime.worker import run_worker
 
 WRITES = {1: "# User\n- **Name**: Ada\n- **City**: London", 4: "# User\n- **Name**: Ada\n- **City**: Paris"}
 

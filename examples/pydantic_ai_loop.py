@@ -27,8 +27,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.pydantic_ai import WorkingMemory, is_working_memory_part
 from signals.streams.progress import wait_caught_up
-from workers.settings import Settings
-from workers.supervisor import run_worker
+from workers.runtime.settings import Settings
+from workers.runtime.worker import run_worker
 
 PROFILE = "# User Information\n- **First Name**: Ada\n- **Location**: London\n- **Interests**: engines"
 WRITES = {1: PROFILE, 4: PROFILE.replace("London", "Paris"),

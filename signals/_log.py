@@ -3,7 +3,7 @@
 A library must not write to stdout or stderr on its own: an agent loop speaking a stdio
 protocol (an MCP server, say) breaks on one stray line. structlog's defaults print every
 event, so the library never logs through them: when the application has configured
-structlog (``structlog.configure``, as ``workers.logging`` does), events go there with
+structlog (``structlog.configure``, as ``workers.runtime.logging`` does), events go there with
 their fields; otherwise they go to the standard ``logging`` module under the module's
 name, where the package's ``NullHandler`` keeps them silent until the application adds a
 handler (``logging.basicConfig(level=logging.DEBUG)`` shows them).

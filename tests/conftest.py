@@ -15,8 +15,8 @@ from redis.asyncio import Redis
 
 from signals.streams.client import connect
 from signals.streams.keys import Keys
-from workers.embedded import RedisServer
-from workers.logging import configure_logging
+from workers.runtime.embedded import RedisServer
+from workers.runtime.logging import configure_logging
 
 
 def pytest_configure(config: pytest.Config) -> None:

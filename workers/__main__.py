@@ -1,5 +1,5 @@
 """``python -m workers`` runs the wm-signals CLI."""
 
-from workers.cli import main
+from workers.cli.app import main
 
 raise SystemExit(main())

@@ -167,7 +167,7 @@ def _refused_call(lane: str, writes: str, e: redis_exc.ResponseError) -> Excepti
         return RedisBusyError(f"writing {lane}: Redis is out of memory: {relayed}")
     if relayed.startswith(SERVER_CONDITIONS):  # min-replicas-to-write, a replica cut off, a failover
         return RedisBusyError(f"writing {lane}: Redis refused the write for now: {relayed}")
-    if ids_exhausted(e):  # see workers.maintenance: restarted by a worker
+    if ids_exhausted(e):  # see workers.engine.maintenance: restarted by a worker
         return RedisBusyError(
             f"writing {lane}: the write stream {writes} has run out of stream ids (an entry with the largest id "
             "was added by hand); a running worker restarts it within its maintenance interval: retry then")

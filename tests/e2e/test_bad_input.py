@@ -21,8 +21,8 @@ from signals.core.codec import FIELD
 from signals.errors import CorruptDataError, RedisBusyError
 from signals.streams.client import connect
 from signals.streams.keys import Keys
-from workers import cli
-from workers.embedded import RedisServer, bundled_redis_server
+from workers.cli import app as cli
+from workers.runtime.embedded import RedisServer, bundled_redis_server
 
 ROOT = Path(__file__).parents[2]
 BAD = "\udcff"  # the byte 0xff as argv/environment carry it
@@ -92,7 +92,7 @@ def test_a_markdown_file_that_is_not_utf8_is_bad_input(url: str, tmp_path: Path)
     """A Markdown file with invalid UTF-8: exit 2 naming the file (it was a UnicodeDecodeError traceback)."""
     path = tmp_path / "memory.md"
     path.write_bytes(b"# Notes\n\xff\xfe\n")
-    proc = wm("write", "--redis-url", url, "--namespace", ns(), "--resource", "alice", "--markdown-file", str(path))
+    proc = wm("write", "--redis-url", url, "--namespace", ns(), "--resource", "alice", "--file", str(path))
     assert_one_line(proc, 2, str(path), "not UTF-8")
 
 
@@ -319,7 +319,7 @@ def test_replay_takes_a_time_without_a_zone_as_utc() -> None:
     (``unexpected error (TypeError)``)."""
     from datetime import UTC, datetime  # noqa: PLC0415
 
-    from workers.debug_commands import _bound  # noqa: PLC0415
+    from workers.cli.commands.debug import _bound  # noqa: PLC0415
 
     bound = _bound("2026-12-01T22:33:58")
     assert bound is not None
@@ -343,7 +343,7 @@ def test_inspect_top_takes_no_negative_number(url: str) -> None:
 
 def test_a_write_event_without_its_json_is_dead_lettered_naming_the_field() -> None:
     """The reason said ``poison: 'e'`` (a KeyError's text)."""
-    from workers.events import EventDecoder  # noqa: PLC0415
+    from workers.engine.events import EventDecoder  # noqa: PLC0415
 
     with pytest.raises(ValueError, match=r"no 'e' field .*fields: x"):
         EventDecoder(Keys("wm", 4), 16).decode({"x": "y"}, 0)

@@ -21,7 +21,7 @@ import redis as redis_sync
 from signals.core.codec import encode_json
 from signals.core.models import DeadLetter
 from signals.streams.keys import Keys
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 ROOT = Path(__file__).parents[2]
 PARTITIONS = 16

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = pytest.mark.redis
 ROOT = Path(__file__).parents[2]

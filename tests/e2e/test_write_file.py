@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from signals.streams.keys import Keys
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = pytest.mark.redis
 ROOT = Path(__file__).parents[2]
@@ -75,10 +75,9 @@ def test_write_file_that_is_not_utf8_names_the_file(redis_server: RedisServer, k
     assert wm(redis_server, keys, "get", "--resource", "alice").returncode == 1
 
 
-def test_markdown_file_still_works(redis_server: RedisServer, keys: Keys, tmp_path: Path) -> None:
-    """The older ``--markdown-file`` keeps working (Markdown only); two sources at once are refused."""
+def test_two_sources_at_once_are_refused(redis_server: RedisServer, keys: Keys, tmp_path: Path) -> None:
+    """A write takes one source: --file with --markdown is refused."""
     path = tmp_path / "alice.md"
     path.write_text(PROFILE, encoding="utf-8")
-    assert wm(redis_server, keys, "write", "--resource", "alice", "--markdown-file", str(path)).stdout == "1\n"
     both = wm(redis_server, keys, "write", "--resource", "alice", "--file", str(path), "--markdown", "x")
     assert both.returncode == 2 and "exactly one of" in both.stderr

@@ -18,7 +18,7 @@ from types import TracebackType
 import anyio
 from redis.asyncio import Redis
 
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 __all__ = ("LocalCluster",)
 

@@ -18,9 +18,9 @@ from signals.streams.client import Client, connect
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
 from signals.streams.replay import materialise, read_signals
-from workers.consumer import Consumer
-from workers.settings import Settings
-from workers.supervisor import run_worker
+from workers.engine.consumer import Consumer
+from workers.runtime.settings import Settings
+from workers.runtime.worker import run_worker
 
 __all__ = (
     "check_lane", "lanes_of", "running_workers", "settings_for", "spawn_worker", "wait_caught_up", "wait_ready",

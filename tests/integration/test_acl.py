@@ -40,8 +40,8 @@ from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from tests.integration.cluster import LocalCluster
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
-from workers import kubernetes
-from workers.embedded import RedisServer
+from workers.deploy import kubernetes
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ROOT = Path(__file__).parents[2]

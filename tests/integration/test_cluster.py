@@ -129,8 +129,8 @@ async def test_monitor_on_a_cluster(client: Client, ckeys: Keys) -> None:
     """The worker's monitor (readiness, lag gauges, script cache, heartbeat) works across
     the nodes: a pipeline of per-partition reads, SCRIPT EXISTS on every primary."""
     from signals.streams.keys import GROUP  # noqa: PLC0415
-    from workers.health import Board, Monitor, check_heartbeat  # noqa: PLC0415
-    from workers.metrics import Layout, WorkerMetrics  # noqa: PLC0415
+    from workers.ops.health import Board, Monitor, check_heartbeat  # noqa: PLC0415
+    from workers.ops.metrics import Layout, WorkerMetrics  # noqa: PLC0415
 
     metrics = WorkerMetrics()
     monitor = Monitor(client, ckeys, board=Board(1, Layout(ckeys.partitions)), slot=0, interval_s=1,

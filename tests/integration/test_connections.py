@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from signals.streams.client import connect
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 

@@ -26,8 +26,8 @@ from signals.streams.progress import wait_caught_up
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import settings_for
 from tests.integration.test_acl import ADMIN, KEYS, PASSWORDS, _start
-from workers.embedded import RedisServer, bundled_redis_server
-from workers.supervisor import run_worker
+from workers.runtime.embedded import RedisServer, bundled_redis_server
+from workers.runtime.worker import run_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ROOT = Path(__file__).parents[2]

@@ -24,8 +24,8 @@ from tests.integration.helpers import (
     wait_caught_up,
     wait_ready,
 )
-from workers.embedded import RedisServer
-from workers.reader import GroupReader
+from workers.engine.reader import GroupReader
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
@@ -282,7 +282,7 @@ async def test_tracking_read_of_a_lane_moved_and_trimmed_meanwhile_is_retried(
     away gets no base text for it (the lane is recomputed), never an error that stops it;
     a tracking that names the stream's last signal at another version than that signal's
     is reported as misnumbered (the lane is repaired)."""
-    from workers.cache import TrackingCache  # noqa: PLC0415
+    from workers.engine.cache import TrackingCache  # noqa: PLC0415
 
     store = WorkingMemoryStore(redis, keys=keys)
     tails = []

@@ -32,8 +32,8 @@ from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from signals.streams.verify import verify_lane
 from tests.integration.helpers import running_workers, wait_caught_up
-from workers.cli import main as cli_main
-from workers.embedded import RedisServer
+from workers.cli.app import main as cli_main
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 

@@ -29,7 +29,7 @@ from signals.streams.client import connect
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = pytest.mark.redis
 

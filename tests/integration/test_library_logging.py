@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.redis]
 

@@ -27,9 +27,9 @@ from signals.streams.progress import wait_caught_up
 from signals.streams.replay import read_signals
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import spawn_worker, wait_ready
-from workers.embedded import RedisServer, free_port
-from workers.health import Board, Monitor, check_heartbeat
-from workers.metrics import Layout, WorkerMetrics
+from workers.ops.health import Board, Monitor, check_heartbeat
+from workers.ops.metrics import Layout, WorkerMetrics
+from workers.runtime.embedded import RedisServer, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ROOT = Path(__file__).parents[2]

@@ -29,8 +29,8 @@ from signals.streams.client import queue_script
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, lanes_of, running_workers, wait_caught_up
-from workers import chunking
-from workers.embedded import RedisServer
+from workers.engine import chunking
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 

@@ -19,9 +19,9 @@ from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
-from workers.embedded import RedisServer, bundled_redis_server
-from workers.health import Board, Monitor
-from workers.metrics import Layout, WorkerMetrics
+from workers.ops.health import Board, Monitor
+from workers.ops.metrics import Layout, WorkerMetrics
+from workers.runtime.embedded import RedisServer, bundled_redis_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ROOT = Path(__file__).resolve().parents[2]

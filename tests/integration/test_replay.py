@@ -19,8 +19,8 @@ from signals.streams.keys import Keys
 from signals.streams.replay import materialise, read_signals
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers, wait_caught_up
-from workers.cli import main
-from workers.embedded import RedisServer
+from workers.cli.app import main
+from workers.runtime.embedded import RedisServer
 
 pytestmark = pytest.mark.redis
 

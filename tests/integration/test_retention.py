@@ -21,7 +21,7 @@ from signals.core.retention import DEFAULT_RETAIN_SIGNALS
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ROOT = Path(__file__).resolve().parents[2]

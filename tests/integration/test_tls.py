@@ -23,8 +23,8 @@ import pytest
 from signals.streams.client import TLSOptions, connect
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
-from workers.embedded import RedisServer
-from workers.settings import Settings
+from workers.runtime.embedded import RedisServer
+from workers.runtime.settings import Settings
 
 from .helpers import spawn_worker, wait_ready
 

@@ -18,7 +18,7 @@ from signals.core.processor import POLICIES, Policy
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 

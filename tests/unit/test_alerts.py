@@ -1,6 +1,6 @@
 """deploy/prometheus/alerts.yaml: a Prometheus rule file whose every metric is the worker's.
 
-Every metric an alert names is checked against the worker's registry (``workers.metrics``).
+Every metric an alert names is checked against the worker's registry (``workers.ops.metrics``).
 Prometheus's own ``promtool`` is not available here: the checks are the rule-file
 structure, balanced expressions, durations, and every identifier of every expression being
 a PromQL function or keyword, a label name in a grouping, or a contract metric.
@@ -148,7 +148,7 @@ def _registry_names(module: Any) -> set[str]:
 
 def test_every_contract_metric_is_in_the_worker_registry() -> None:
     """The worker registers every contract metric (so every alert's metric exists)."""
-    module = importlib.import_module("workers.metrics")
+    module = importlib.import_module("workers.ops.metrics")
     registered = _registry_names(module)
-    assert registered, "found no wm_signals_ metric in workers.metrics' registries: adapt _registry_names"
+    assert registered, "found no wm_signals_ metric in workers.ops.metrics' registries: adapt _registry_names"
     assert _series_names() <= registered, _series_names() - registered

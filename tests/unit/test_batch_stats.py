@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from workers.commit import BatchStats
+from workers.engine.commit import BatchStats
 
 
 def test_add_sums_every_counter() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from signals.core.models import WriteEvent
-from workers import chunking
-from workers.chains import ChainLinks
-from workers.lane_state import Pending
+from workers.engine import chunking
+from workers.engine.chains import ChainLinks
+from workers.engine.lane_state import Pending
 
 
 def _pending(partition: int, n: int, lane: str = "r:u") -> Pending:

@@ -8,7 +8,7 @@ import pytest
 from signals.core.models import Attributes, Delivery
 from signals.errors import InvalidInputError
 from signals.streams.export import decode_export
-from workers.display import body, json_line
+from workers.cli.display import body, json_line
 
 UNSAFE = "\x1b[31m\u009b31m\u0085\u202eabc\u2066\u200f"
 

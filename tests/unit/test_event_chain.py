@@ -8,9 +8,10 @@ from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, is_stream
 from signals.core.models import WriteEvent
 from signals.streams.client import connect
 from signals.streams.keys import Keys
-from workers.commit import BatchStats, LaneCommit, event_chain, plan_lane
-from workers.consumer import Consumer, ConsumerOptions
-from workers.lane_state import LaneState, Pending
+from workers.engine.commit import BatchStats, LaneCommit, event_chain, plan_lane
+from workers.engine.consumer import Consumer
+from workers.engine.lane_state import LaneState, Pending
+from workers.engine.options import ConsumerOptions
 
 LANE = "r:u"
 

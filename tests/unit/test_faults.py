@@ -7,7 +7,7 @@ import pytest
 from redis import exceptions as redis_exc
 
 from signals.streams.client import relayed_error
-from workers.faults import is_whole_server
+from workers.engine.faults import is_whole_server
 
 SHA = "f_ab5a402eac2ea8cb211185723d9390126aed2cfa"
 

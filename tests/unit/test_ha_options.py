@@ -9,9 +9,9 @@ from signals.errors import InvalidInputError
 from signals.streams.client import TLSOptions
 from signals.streams.durability import Durability
 from signals.streams.sentinel import connect_sentinel, parse_sentinels
-from workers import cli
-from workers.connection import _node_credentials
-from workers.settings import Settings
+from workers.cli import app as cli
+from workers.runtime.connect import _node_credentials
+from workers.runtime.settings import Settings
 
 
 def test_sentinel_addresses_parse() -> None:

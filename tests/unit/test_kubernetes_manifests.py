@@ -24,9 +24,9 @@ from signals.errors import InvalidInputError
 from signals.streams.acl import ROLES, acl_users, user_name
 from signals.streams.keys import GROUP, Keys
 from tests.unit.keda_schema import KEDA_SCHEMAS
-from workers import kubernetes
-from workers.kubernetes import FILES, Options, manifests, render
-from workers.settings import Settings
+from workers.deploy import kubernetes
+from workers.deploy.kubernetes import FILES, Options, manifests, render
+from workers.runtime.settings import Settings
 
 ROOT = Path(__file__).parents[2]
 COMMITTED = ROOT / "deploy" / "kubernetes"

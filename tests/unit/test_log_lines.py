@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 LINES = 3000
 CHILD = (
-    "from workers.logging import configure_logging; import structlog; configure_logging('json', 'info'); "
+    "from workers.runtime.logging import configure_logging; import structlog; configure_logging('json', 'info'); "
     f"log = structlog.get_logger(); [log.info('worker.tick', n=n, pad='x' * 200) for n in range({LINES})]"
 )
 

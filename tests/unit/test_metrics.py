@@ -15,11 +15,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from workers import ops_server
-from workers.commit import BatchStats
-from workers.health import Board, liveness_bound
-from workers.metrics import Layout, MetricsCollector, WorkerMetrics, dead_letter_reason
-from workers.settings import Settings
+from workers.engine.commit import BatchStats
+from workers.ops import server as ops_server
+from workers.ops.health import Board, liveness_bound
+from workers.ops.metrics import Layout, MetricsCollector, WorkerMetrics, dead_letter_reason
+from workers.runtime.settings import Settings
 
 ROOT = Path(__file__).parents[2]
 

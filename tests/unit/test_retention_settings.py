@@ -1,5 +1,5 @@
 """Retention settings in users' terms: retain_signals, retain_age, the deprecated
-keep_snapshots (no network)."""
+unknown variables (no network)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from structlog.testing import capture_logs
 
 from signals.core.retention import DEFAULT_RETAIN_SIGNALS, Retention, format_duration, parse_duration
 from signals.errors import InvalidInputError
-from workers.settings import Settings
+from workers.runtime.settings import Settings
+from workers.runtime.worker import consumer_options
 
 
 @pytest.mark.parametrize(("text", "ms"), [("90s", 90_000), ("30m", 1_800_000), ("12h", 43_200_000),
@@ -31,8 +32,8 @@ def test_bad_durations_name_the_text(text: str) -> None:
 
 def test_retention_from_the_settings_and_in_words() -> None:
     """The default is 30 signals and no age; an age is carried in ms and described in its unit."""
-    assert Settings().consumer_options().retention == Retention(DEFAULT_RETAIN_SIGNALS, 0) == Retention()
-    retention = Settings(retain_signals=5, retain_age="1d").consumer_options().retention
+    assert consumer_options(Settings()).retention == Retention(DEFAULT_RETAIN_SIGNALS, 0) == Retention()
+    retention = consumer_options(Settings(retain_signals=5, retain_age="1d")).retention
     assert retention == Retention(5, 86_400_000)
     assert retention.describe() == ("at least 5 signals per lane and everything younger than 1d, "
                                     "trimmed at snapshot boundaries")
@@ -53,21 +54,9 @@ def test_retain_age_from_the_environment_and_its_refusals(monkeypatch: pytest.Mo
         Settings(retain_signals=0)
 
 
-def test_keep_snapshots_is_deprecated_and_maps_onto_retain_signals(monkeypatch: pytest.MonkeyPatch) -> None:
-    """keep_snapshots N (chains) is taken as N x snapshot_every signals; retain_signals wins."""
-    assert Settings(keep_snapshots=3).retain_signals == 60
-    assert Settings(keep_snapshots=2, snapshot_every=5).retain_signals == 10
-    assert Settings(keep_snapshots=3, retain_signals=7).retain_signals == 7
+def test_an_unknown_variable_is_warned_of(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A WM_SIGNALS_* variable that names no setting (keep_snapshots is none) is warned of."""
     monkeypatch.setenv("WM_SIGNALS_KEEP_SNAPSHOTS", "4")
-    assert Settings(snapshot_every=3).retain_signals == 12
-
-
-def test_keep_snapshots_says_it_is_deprecated() -> None:
-    """Using the deprecated setting logs what it became (nothing warned before)."""
     with capture_logs() as logs:
-        for settings in (Settings(keep_snapshots=3), Settings(keep_snapshots=3, retain_signals=7),
-                         Settings(retain_signals=7)):
-            settings.log_deprecations()  # once logging is configured (the CLI's commands do it)
-    warned = [e for e in logs if e["event"] == "settings.deprecated"]
-    assert [e.get("becomes", e.get("ignored_for")) for e in warned] == [
-        "retain_signals=60 (keep_snapshots x snapshot_every)", "retain_signals"]
+        Settings().warn_unknown_variables()
+    assert [e["variable"] for e in logs if e["event"] == "settings.unknown_variable"] == ["WM_SIGNALS_KEEP_SNAPSHOTS"]

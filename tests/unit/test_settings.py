@@ -8,7 +8,7 @@ import pydantic
 import pytest
 
 from signals.streams.client import TLSOptions
-from workers.settings import Settings
+from workers.runtime.settings import Settings
 
 URL = "rediss://127.0.0.1:6380/0"
 

@@ -11,8 +11,8 @@ import random
 
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking
 from signals.core.models import WriteEvent
-from workers.commit import plan_lane, plan_steady, steady_document
-from workers.lane_state import LaneState, Pending
+from workers.engine.commit import plan_lane, plan_steady, steady_document
+from workers.engine.lane_state import LaneState, Pending
 
 LANE = "r:u"
 
@@ -84,9 +84,9 @@ def test_steady_document_refuses_what_does_not_extend_the_chain() -> None:
 def test_commit_calls_merge_light_partitions_and_split_heavy_ones() -> None:
     """On one server, partitions share a script call until it holds MERGE_EVENTS events
     (a partition is never split); on a cluster each partition is a call of its own."""
-    from workers.commit import LaneCommit  # noqa: PLC0415
-    from workers.commit_call import MERGE_EVENTS, _calls  # noqa: PLC0415
-    from workers.lane_state import LaneState  # noqa: PLC0415
+    from workers.engine.commit import LaneCommit  # noqa: PLC0415
+    from workers.engine.commit_call import MERGE_EVENTS, _calls  # noqa: PLC0415
+    from workers.engine.lane_state import LaneState  # noqa: PLC0415
 
     def commit(events: int) -> LaneCommit:
         return LaneCommit("r:x", LaneState(), [], acks=["1-1"] * events)

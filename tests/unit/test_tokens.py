@@ -82,9 +82,10 @@ def test_without_the_extra_the_worker_flag_is_exit_2() -> None:
 
 def test_the_worker_setting_reaches_the_lane_options() -> None:
     """Settings(token_counter=...) gives the lane options the named counter."""
-    from workers.settings import Settings  # noqa: PLC0415 - the worker side, only here
+    from workers.runtime.settings import Settings  # noqa: PLC0415 - the worker side, only here
+    from workers.runtime.worker import consumer_options  # noqa: PLC0415 - the worker side, only here
 
-    assert Settings(token_counter="bytes4").consumer_options().lane.count_tokens is approx_tokens
+    assert consumer_options(Settings(token_counter="bytes4")).lane.count_tokens is approx_tokens
     pytest.importorskip("tiktoken")
-    lane = Settings(token_counter="cl100k").consumer_options().lane
+    lane = consumer_options(Settings(token_counter="cl100k")).lane
     assert lane.count_tokens("tiktoken is great!") == 6

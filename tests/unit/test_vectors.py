@@ -12,7 +12,7 @@ from signals.core.diff import apply_patch, unified_patch
 from signals.core.merge import deep_merge
 from signals.core.render import render_markup
 from signals.core.simulate import run_scenario
-from workers.cli import main
+from workers.cli.app import main
 
 VECTORS = Path(__file__).parent.parent / "vectors"
 UNITS = json.loads((VECTORS / "units.json").read_text())

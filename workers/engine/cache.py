@@ -1,0 +1,134 @@
+"""The worker's cache of lane tracking: saves round trips, never decides correctness."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import msgspec
+from redis import exceptions as redis_exc
+
+from signals.core.codec import FIELD, decode_signal
+from signals.core.lane import MAX_VERSION, LaneTracking
+from signals.core.lru import LRU
+from signals.core.models import Signal
+from signals.errors import WmSignalsError
+from signals.streams.client import Client, lindex
+from signals.streams.keys import Keys
+from signals.streams.replay import iter_signals, materialise
+from workers.engine.faults import is_whole_server
+
+__all__ = ("TrackingCache",)
+
+
+class TrackingCache:
+    """Each lane's tracking and the text after its last signal (the next delta's base),
+    cached in the worker.
+
+    A bounded LRU. A cached tracking is used without reading Redis; the commit script's
+    compare-and-set on the processed write version rejects it if another worker moved
+    the lane meanwhile, and the lane is then recomputed from a fresh read. A miss reads
+    the tracking, and the text from the lane's last signal ``value`` (or rebuilds it from
+    the last snapshot when values are left out of deltas). Workers stay stateless: the
+    cache only saves round trips.
+    """
+
+    def __init__(self, redis: Client, keys: Keys, capacity: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._lru: LRU[str, LaneTracking] = LRU(capacity)
+
+    def get(self, lane: str) -> LaneTracking | None:
+        """The cached tracking of a lane, if any."""
+        return self._lru.get(lane)
+
+    def remember(self, lane: str, tracking: LaneTracking) -> None:
+        """Cache a lane's tracking (with its text) after a successful commit."""
+        self._lru.put(lane, tracking)
+
+    def forget(self, lane: str) -> None:
+        """Drop a lane (its tracking moved under us)."""
+        self._lru.discard(lane)
+
+    async def values_for(self, lanes: dict[str, tuple[int, str]]) -> tuple[dict[str, str], dict[str, int]]:
+        """The text at the given signal version of each lane, given as ``(version, tail id)``,
+        and the lanes whose tracking names its stream's last entry but at another version
+        than that signal's (lane -> the signal's version: the tracking's ``v`` is wrong).
+
+        A lane is left out of the texts when its text cannot be established from its stream
+        (a junk or foreign tail, a trimmed or deleted stream): the caller then emits a
+        snapshot, which needs no base. Nothing read is trusted: the last entry counts only
+        if it is the one the tracking names, decodes as a signal of this lane at that version.
+        """
+        out: dict[str, str] = {}
+        misnumbered: dict[str, int] = {}
+        missing: list[tuple[str, int, str]] = []
+        for lane, (version, tail) in lanes.items():
+            if version == 0:
+                continue
+            cached = self._lru.peek(lane)
+            if cached is not None and cached.version == version and cached.value is not None:
+                out[lane] = cached.value
+            else:
+                missing.append((lane, version, tail))
+        if missing:
+            for (lane, version, _), last in zip(missing, await self._last_signals(missing), strict=True):
+                if last is not None and last.version != version:
+                    misnumbered[lane] = last.version
+                    continue
+                value = last.value if last is not None else None
+                if value is None:  # not the tracked signal, or a delta stored without it (omit_delta_value)
+                    value = await self._rebuild(lane, version)
+                if value is not None:
+                    out[lane] = value
+        return out, misnumbered
+
+    async def _last_signals(self, lanes: list[tuple[str, int, str]]) -> list[Signal | None]:
+        """Each lane's last signal when it is the entry the tracking names (by id)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for lane, _, _ in lanes:
+                pipe.xrevrange(self.keys.signals(lane), count=1)
+            replies = await pipe.execute(raise_on_error=False)
+        signals: list[Signal | None] = []
+        for (lane, _, tail), entries in zip(lanes, replies, strict=True):
+            named = isinstance(entries, list) and entries and entries[0][0] == tail
+            signals.append(_signal_of(lane, entries[0]) if named else None)
+        return signals
+
+    async def _rebuild(self, lane: str, version: int) -> str | None:
+        """The text at ``version``, materialised from the last snapshot at or before it;
+        ``None`` when the stream cannot rebuild it (junk, trimmed, of another type)."""
+        try:
+            last_snapshot = await lindex(self.redis, self.keys.snapshots(lane), -1) or "-"
+            for start in dict.fromkeys((last_snapshot, "-")):  # the version may precede the last snapshot
+                chain = [item async for item in iter_signals(self.redis, self.keys, lane, start=start)]
+                for item in materialise(chain, verify=False):
+                    if item.signal.version == version:
+                        return item.value
+        except (WmSignalsError, redis_exc.ResponseError) as e:
+            if is_whole_server(e):
+                raise
+        return None
+
+    async def last_version(self, lane: str, *, scan: int = 50) -> int | None:
+        """The highest version among the last ``scan`` decodable signals of the lane's
+        stream; ``None`` when there is none (empty, missing, junk or another type)."""
+        try:
+            entries = cast(list[Any], await self.redis.xrevrange(self.keys.signals(lane), count=scan))
+        except redis_exc.ResponseError as e:
+            if is_whole_server(e):
+                raise
+            return None
+        versions = [s.version for s in (_signal_of(lane, entry) for entry in entries) if s is not None]
+        return max(versions, default=None)
+
+
+def _signal_of(lane: str, entry: Any) -> Signal | None:
+    """A stream entry as a signal of ``lane``, or ``None`` if it is anything else."""
+    try:
+        signal = decode_signal(entry[1][FIELD])
+    except (KeyError, IndexError, TypeError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if signal.lane != lane or not 1 <= signal.version <= MAX_VERSION:
+        return None
+    return signal
+
