@@ -28,6 +28,7 @@ from signals.core.simulate import run_scenario
 from signals.core.system_message import working_memory_system_message
 from signals.core.window import Injection
 from signals.errors import (
+    ConfigurationError,
     ConflictError,
     CorruptDataError,
     DocumentTooLargeError,
@@ -75,6 +76,7 @@ __all__ = (
     "AgentWorkingMemory",
     "Attributes",
     "Client",
+    "ConfigurationError",
     "ConflictError",
     "CorruptDataError",
     "Delivery",

@@ -1,13 +1,23 @@
-"""The error hierarchy of wm-signals: one root, then narrow errors, each saying when it is raised.
+"""The error hierarchy of wm-signals: one root, then one family per way a caller reacts.
 
-Callers catch :class:`WmSignalsError` for "anything this library refused", or a narrow
-class to react to one condition (a CLI maps :class:`InvalidInputError` to exit code 2 and
-:class:`ConflictError` to exit code 3).
+- :class:`InvalidInputError`: the caller's own input is wrong (fix the call);
+- :class:`CorruptDataError`: data read from Redis is malformed or hostile (the lane is
+  repaired or dead-lettered; a reader reports it);
+- :class:`ConfigurationError`: the deployment is wrong (a namespace's stored settings
+  disagree, an optional extra is missing);
+- :class:`RedisUnavailableError` (and :class:`RedisBusyError`): Redis cannot serve now
+  (back off and retry);
+- :class:`ConflictError`: another writer won (re-read and retry);
+- :class:`VerifyError`: a replay check found a break.
+
+Callers catch :class:`WmSignalsError` for "anything this library refused", or one family.
+The CLI maps the families to its exit codes itself (:mod:`workers.runtime.exits`).
 """
 
 from __future__ import annotations
 
 __all__ = (
+    "ConfigurationError",
     "ConflictError",
     "CorruptDataError",
     "DocumentTooLargeError",
@@ -78,20 +88,26 @@ class ThreadOwnerError(InvalidInputError):
     """Raised when a write or thread creation names a resource other than the thread's owner."""
 
 
-class CorruptDataError(InvalidInputError):
+class CorruptDataError(WmSignalsError):
     """Raised when something read from Redis is not in the documented shape (a document hash
     with a non-integer version, an undecodable stream entry); names the key and the field.
 
-    Nothing read from Redis is trusted: this is bad input, like a malformed argument.
+    Nothing read from Redis is trusted; this is not the caller's input, so it is not an
+    :class:`InvalidInputError`.
     """
 
 
-class NamespaceMismatchError(InvalidInputError):
+class ConfigurationError(WmSignalsError):
+    """Raised when the deployment, not the call, is wrong: settings that disagree with the
+    namespace's stored ones, or a feature whose optional extra is not installed."""
+
+
+class NamespaceMismatchError(ConfigurationError):
     """Raised when a process's settings disagree with those stored for its namespace (the
     partition count): it would address keys no other process reads."""
 
 
-class MissingDependencyError(InvalidInputError):
+class MissingDependencyError(ConfigurationError):
     """Raised when a feature needs an optional extra that is not installed (names the extra)."""
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from signals.core.memory import WorkingMemoryConfig, json_schema_of, parse_merge_input
-from signals.errors import ConflictError, InvalidInputError, ReadOnlyError
+from signals.errors import ConflictError, CorruptDataError, InvalidInputError, ReadOnlyError
 from signals.streams.store import WorkingMemoryStore
 
 __all__ = ("TOOL_NAME", "handle_tool_call", "tool_definition")
@@ -56,7 +56,7 @@ async def handle_tool_call(
     """Perform the write; returns the tool result for the model (``success`` and a message)."""
     try:
         version = await _write(store, arguments, resource_id, thread_id)
-    except (InvalidInputError, ConflictError, ReadOnlyError) as e:
+    except (InvalidInputError, CorruptDataError, ConflictError, ReadOnlyError) as e:
         return {"success": False, "error": str(e)}
     return {"success": True, "version": version}
 

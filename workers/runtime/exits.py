@@ -21,7 +21,9 @@ import msgspec
 from redis import exceptions as redis_exc
 
 from signals.errors import (
+    ConfigurationError,
     ConflictError,
+    CorruptDataError,
     HistoryTrimmedError,
     InvalidInputError,
     RedisBusyError,
@@ -91,7 +93,7 @@ def _message(error: BaseException, command: str | None = None) -> tuple[str, int
         message, code = f"Redis Cluster: {error}", EXIT_BAD_INPUT
     elif isinstance(error, ConflictError):
         message, code = f"conflict: {error}", EXIT_CONFLICT
-    elif isinstance(error, InvalidInputError):
+    elif isinstance(error, InvalidInputError | CorruptDataError | ConfigurationError):  # exit 2: fix the input
         message, code = str(error), EXIT_BAD_INPUT
     elif isinstance(error, VerifyError) and not isinstance(error, HistoryTrimmedError):
         # a signal read from Redis that does not read (``replay --verify`` answers its own
