@@ -27,7 +27,8 @@ EXPECTED = frozenset({
     # wire types, rendering, the simulator
     "Attributes", "Delivery", "Signal", "WriteEvent", "render_markup", "run_scenario",
     # errors
-    "ConfigurationError", "ConflictError", "CorruptDataError", "DocumentTooLargeError", "DurabilityError", "EmptyTemplateOverwriteError",
+    "ConfigurationError",
+    "ConflictError", "CorruptDataError", "DocumentTooLargeError", "DurabilityError", "EmptyTemplateOverwriteError",
     "GroupMissingError", "HistoryTrimmedError", "IdempotencyKeyReusedError",
     "InvalidInputError", "MissingDependencyError", "NamespaceMismatchError", "PatchError",
     "ReadOnlyError",
