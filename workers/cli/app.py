@@ -49,52 +49,55 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """No abbreviated flags, in every subcommand too (each is made with its parent's class):
-    ``--signing-key SECRET`` was taken for ``--signing-key-file SECRET``, a path."""
+    """The CLI's parser, on argparse's public API only.
+
+    No abbreviated flags, in every subcommand too (each is made with its parent's class):
+    ``--signing-key SECRET`` would be taken for ``--signing-key-file SECRET``, a path. The
+    parser records its subcommands and its optional positionals as they are added, so that
+    what a subcommand does not know is reported by that subcommand."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
+        self.optional_positionals: list[argparse.Action] = []
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if not action.option_strings and action.nargs == "?":
+            self.optional_positionals.append(action)
+        return action
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         """As argparse's, but what a subcommand does not know is refused by the subcommand's
-        parser, so that the error names the command and its ``--help`` (the root parser
-        reported it, pointing to a help that does not list the command's flags)."""
+        parser, so that the error names the command and its ``--help`` (one that lists the
+        command's flags)."""
         parsed, extra = super().parse_known_args(args, namespace)
-        command = getattr(parsed, "command", None)
-        if extra and command and not self.prog.partition(" ")[2]:
-            chosen = self._subcommands().get(command)
-            if chosen is not None:
-                extra = _fill_optional_positionals(chosen, parsed, extra)
-                if extra:
-                    chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+        chosen = self.commands.get(getattr(parsed, "command", None) or "")
+        if extra and isinstance(chosen, _Parser):
+            extra = chosen.fill_optional_positionals(parsed, extra)
+            if extra:
+                chosen.error(f"unrecognized arguments: {' '.join(extra)}")
         return parsed, extra
 
-    def _subcommands(self) -> dict[str, argparse.ArgumentParser]:
-        actions = self._subparsers._group_actions if self._subparsers else []
-        return next((dict(a.choices) for a in actions if isinstance(a, argparse._SubParsersAction)), {})
+    def fill_optional_positionals(self, parsed: argparse.Namespace, extra: list[str]) -> list[str]:
+        """Give words left over to this command's optional positionals argparse left empty.
+
+        argparse fills an optional positional (``nargs="?"``) at once with the positional
+        before it, empty when an option comes between them: ``dlq show --namespace NS ID``
+        would leave ``ID`` over, a usage error. Returns what is still left over."""
+        for action in self.optional_positionals:
+            if (extra and not extra[0].startswith("-")
+                    and getattr(parsed, action.dest, None) == action.default):
+                setattr(parsed, action.dest, extra.pop(0))
+        return extra
 
     def error(self, message: str) -> NoReturn:
-        """A usage error is one line on stderr and exit 2, as every other error of the CLI
-        (argparse printed its whole usage block first): the line names the command, what
-        is wrong, and where the usage is."""
+        """A usage error is one line on stderr and exit 2, as every other error of the CLI:
+        the line names the command, what is wrong, and where the usage is."""
         command = self.prog.partition(" ")[2]  # the subcommand's parser is named "wm-signals CMD"
         where = f"{command}: " if command else ""
         self.exit(2, f"wm-signals: {where}{' '.join(message.split())} (see: {self.prog} --help)\n")
-
-
-def _fill_optional_positionals(parser: argparse.ArgumentParser, parsed: argparse.Namespace,
-                               extra: list[str]) -> list[str]:
-    """Give words left over to the command's optional positionals argparse left empty.
-
-    argparse fills an optional positional (``nargs="?"``) at once with the positional
-    before it, empty when an option comes between them: ``dlq show --namespace NS ID``
-    left ``ID`` over, a usage error. Returns what is still left over."""
-    for action in parser._actions:
-        if (extra and not action.option_strings and action.nargs == "?" and not extra[0].startswith("-")
-                and getattr(parsed, action.dest, None) == action.default):
-            setattr(parsed, action.dest, extra.pop(0))
-    return extra
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay_commands.register(sub)
     status_commands.register(sub)
     deploy_commands.register(sub)
+    parser.commands = dict(sub.choices)
     return parser
 
 
