@@ -50,23 +50,22 @@ from signals.errors import (
     VerifyError,
     WmSignalsError,
 )
-from signals.streams.client import (
-    Client,
+from signals.streams.client import Client, connect
+from signals.streams.deliveries import NO_WINDOW, DeliveryLog, ModelView
+from signals.streams.durability import Durability
+from signals.streams.keys import Keys, lane_id
+from signals.streams.redis_errors import (
     RedisLoadingError,
     RedisOutOfMemoryError,
     RedisReadOnlyError,
     RedisScriptBusyError,
     ReplyTooLargeError,
-    TLSOptions,
-    connect,
 )
-from signals.streams.deliveries import NO_WINDOW, DeliveryLog, ModelView
-from signals.streams.durability import Durability
-from signals.streams.keys import Keys, lane_id
 from signals.streams.replay import Materialised, materialise, read_signals
 from signals.streams.sentinel import SentinelClient, connect_sentinel
 from signals.streams.store import Document, WorkingMemoryStore
 from signals.streams.subscribe import Subscription
+from signals.streams.urls import TLSOptions
 from signals.streams.verify import VerifyReport, verify_lane
 from signals.tool import handle_tool_call, tool_definition
 

@@ -35,9 +35,10 @@ from signals.core.system_message import TemplateProvider, working_memory_system_
 from signals.core.tokens import TokenCounter, approx_tokens
 from signals.core.window import Injection, StepResult, WindowTracker
 from signals.errors import CorruptDataError, InvalidInputError
-from signals.streams.client import Client, acl_refused
+from signals.streams.client import Client
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys, lane_id, validate_id
+from signals.streams.redis_errors import acl_refused
 from signals.streams.replay import Materialised
 from signals.streams.store import Document, WorkingMemoryStore
 from signals.streams.subscribe import Subscription

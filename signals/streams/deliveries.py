@@ -43,8 +43,9 @@ from signals.core.models import Delivery
 from signals.core.processor import apply_delta
 from signals.core.window import MAX_RESUME_STEP, WINDOW_ID, StepResult
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
-from signals.streams.client import Client, ids_exhausted
+from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
+from signals.streams.redis_errors import ids_exhausted
 from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
 
 __all__ = ("NO_WINDOW", "DeliveryLog", "ModelView")

@@ -44,7 +44,8 @@ from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnec
 from redis.backoff import NoBackoff
 
 from signals.errors import InvalidInputError
-from signals.streams.client import MAX_CONNECTIONS, RESP_OPTIONS, TLSOptions, WaitsForConnections, wrap_connection_class
+from signals.streams.redis_compat import MAX_CONNECTIONS, RESP_OPTIONS, WaitsForConnections, wrap_connection_class
+from signals.streams.urls import TLSOptions
 
 __all__ = ("SENTINEL_SOCKET_TIMEOUT_S", "SentinelClient", "connect_sentinel", "parse_sentinels")
 

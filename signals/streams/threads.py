@@ -14,9 +14,10 @@ from typing import cast
 
 from redis import exceptions as redis_exc
 
+from signals.core._time import now_iso
 from signals.core.lru import LRU
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError, ThreadOwnerError
-from signals.streams.client import Client, lua, now_iso
+from signals.streams.client import Client, lua
 from signals.streams.keys import Keys, validate_id
 
 __all__ = ("ThreadOwners", "owner_record")

@@ -17,6 +17,7 @@ from typing import Literal
 
 from redis import exceptions as redis_exc
 
+from signals.core._time import now_iso
 from signals.core.codec import encode_json
 from signals.core.lane import MAX_VERSION, parse_version
 from signals.core.memory import MAX_EVENT_CHARS, WorkingMemoryConfig
@@ -31,9 +32,10 @@ from signals.errors import (
     ThreadOwnerError,
     WmSignalsError,
 )
-from signals.streams.client import SERVER_CONDITIONS, Client, acl_refused, ids_exhausted, lua, now_iso, relayed_error
+from signals.streams.client import Client, lua
 from signals.streams.durability import Durability, write_and_wait
 from signals.streams.keys import Keys
+from signals.streams.redis_errors import SERVER_CONDITIONS, acl_refused, ids_exhausted, relayed_error
 
 __all__ = ("LaneRef", "WriteScript")
 

@@ -20,9 +20,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from signals.streams.client import TLSOptions, connect
+from signals.streams.client import connect
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
+from signals.streams.urls import TLSOptions
 from workers.runtime.embedded import RedisServer
 from workers.runtime.settings import Settings
 

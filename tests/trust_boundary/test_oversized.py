@@ -20,8 +20,9 @@ from structlog.testing import capture_logs
 from signals.agent import AgentWorkingMemory
 from signals.core.codec import FIELD
 from signals.errors import InvalidInputError
-from signals.streams.client import ReplyTooLargeError, connect
+from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
+from signals.streams.redis_errors import ReplyTooLargeError
 from signals.streams.replay import read_signals
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers

@@ -24,7 +24,8 @@ from signals.core.memory import (
 )
 from signals.core.merge import MAX_DEPTH, check_json_value
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
-from signals.streams.client import TLSOptions, connect
+from signals.streams.client import connect
+from signals.streams.urls import TLSOptions
 
 JSON = WorkingMemoryConfig(schema={"type": "object"})
 MARKDOWN = WorkingMemoryConfig()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from redis import exceptions as redis_exc
 
-from signals.streams.client import relayed_error
+from signals.streams.redis_errors import relayed_error
 from workers.engine.faults import is_whole_server
 
 SHA = "f_ab5a402eac2ea8cb211185723d9390126aed2cfa"

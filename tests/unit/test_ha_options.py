@@ -6,9 +6,9 @@ import pytest
 from redis.asyncio.connection import SSLConnection
 
 from signals.errors import InvalidInputError
-from signals.streams.client import TLSOptions
 from signals.streams.durability import Durability
 from signals.streams.sentinel import connect_sentinel, parse_sentinels
+from signals.streams.urls import TLSOptions
 from workers.cli import app as cli
 from workers.runtime.connect import _node_credentials
 from workers.runtime.settings import Settings

@@ -7,7 +7,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from signals.streams.client import TLSOptions
+from signals.streams.urls import TLSOptions
 from workers.runtime.settings import Settings
 
 URL = "rediss://127.0.0.1:6380/0"

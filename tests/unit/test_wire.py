@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from redis import exceptions as redis_exc
 from redis.asyncio.connection import Connection
 
-from signals.streams.client import _hiredis_packing, _HiredisPacking, connect
+from signals.streams.client import connect
+from signals.streams.redis_compat import _hiredis_packing, _HiredisPacking
 
 _ARG = st.one_of(st.text(), st.binary(), st.integers(), st.floats(allow_nan=False, allow_infinity=False))
 

@@ -33,12 +33,14 @@ import anyio.abc
 import msgspec
 import structlog
 
+from signals.core._time import now_iso
 from signals.core.codec import FIELD, encode_json
 from signals.core.lane import LaneDocument, LaneTracking
 from signals.core.signing import Signer
 from signals.errors import WmSignalsError
-from signals.streams.client import Client, ReplyTooLargeError, lua, now_iso
+from signals.streams.client import Client, lua
 from signals.streams.keys import GROUP, Keys
+from signals.streams.redis_errors import ReplyTooLargeError
 from workers.engine import chunking
 from workers.engine.cache import TrackingCache
 from workers.engine.chains import ChainLinks, walk_chains

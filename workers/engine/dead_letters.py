@@ -9,9 +9,10 @@ from __future__ import annotations
 import structlog
 from redis import exceptions as redis_exc
 
+from signals.core._time import now_iso
 from signals.core.codec import FIELD, encode_json
 from signals.core.models import DeadLetter
-from signals.streams.client import Client, lua, now_iso
+from signals.streams.client import Client, lua
 from signals.streams.keys import GROUP, Keys
 from workers.engine.commit import BatchStats
 from workers.engine.counters import METRICS

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from redis import exceptions as redis_exc
 
-from signals.streams.client import SERVER_CONDITIONS, relayed_error
+from signals.streams.redis_errors import SERVER_CONDITIONS, relayed_error
 
 __all__ = ("WHOLE_SERVER", "is_whole_server", "raise_whole_server")
 

@@ -16,8 +16,9 @@ from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
 from signals.errors import GroupMissingError
-from signals.streams.client import Client, ReplyTooLargeError, lua
+from signals.streams.client import Client, lua
 from signals.streams.keys import GROUP, Keys
+from signals.streams.redis_errors import ReplyTooLargeError
 
 __all__ = ("GroupReader", "RawEntry")
 

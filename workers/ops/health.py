@@ -54,8 +54,9 @@ import structlog
 from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
+from signals.core._time import now_iso
 from signals.core.codec import encode_json
-from signals.streams.client import Client, lua, now_iso
+from signals.streams.client import Client, lua
 from signals.streams.keys import GROUP, Keys
 from workers.engine.counters import METRICS, Layout, WorkerMetrics
 from workers.engine.faults import is_whole_server

@@ -38,9 +38,10 @@ import structlog
 from redis import exceptions as redis_exc
 
 from signals.errors import InvalidInputError, RedisBusyError, RedisUnavailableError
-from signals.streams.client import Client, TLSOptions, connect, redact_url
+from signals.streams.client import Client, connect
 from signals.streams.namespace import check_namespace
 from signals.streams.sentinel import SentinelClient, connect_sentinel
+from signals.streams.urls import TLSOptions, redact_url
 from workers.runtime.embedded import RedisServer
 from workers.runtime.settings import Settings
 

@@ -17,10 +17,10 @@ from signals.core.lane import LaneOptions
 from signals.core.retention import DEFAULT_RETAIN_SIGNALS, MAX_AGE_MS, parse_duration
 from signals.core.tokens import CounterName
 from signals.errors import InvalidInputError, MissingDependencyError
-from signals.streams.client import TLSOptions
 from signals.streams.durability import Durability
 from signals.streams.keys import Keys
 from signals.streams.sentinel import parse_sentinels
+from signals.streams.urls import TLSOptions
 from signals.tokenizers import check_counter
 
 __all__ = ("MIN_SIGNING_KEY_BYTES", "Settings")

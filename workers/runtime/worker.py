@@ -40,8 +40,9 @@ from signals.core.retention import Retention
 from signals.core.signing import Signer
 from signals.errors import GroupMissingError, RedisUnavailableError
 from signals.streams.backoff import Backoff
-from signals.streams.client import Client, ReplyTooLargeError
+from signals.streams.client import Client
 from signals.streams.namespace import check_namespace
+from signals.streams.redis_errors import ReplyTooLargeError
 from signals.tokenizers import token_counter
 from workers.engine.consumer import Consumer
 from workers.engine.counters import METRICS

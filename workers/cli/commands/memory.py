@@ -20,11 +20,11 @@ from signals.core.codec import decode_json
 from signals.core.memory import WorkingMemoryConfig
 from signals.core.signing import Signer
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError
-from signals.streams.client import redact_url
 from signals.streams.keys import lane_id
 from signals.streams.replay import xrange_entries
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
+from signals.streams.urls import redact_url
 from workers.cli.args import (
     add_common_args,
     add_durability_args,
