@@ -61,9 +61,14 @@ try:
     from signals.streams.client import connect
 except ImportError:
     from signals._util import connect
-from workers.runtime import connect as runtime
-from workers.runtime.settings import Settings
-from workers.runtime.worker import run_worker
+try:  # the layered tree, else the flat one of older commits (the pre-validation baseline)
+    from workers.runtime import connect as runtime
+    from workers.runtime.settings import Settings
+    from workers.runtime.worker import run_worker
+except ImportError:
+    from workers import runtime
+    from workers.settings import Settings
+    from workers.supervisor import run_worker
 
 async def server_cpu(redis):
     info = await redis.info("cpu")

@@ -305,13 +305,13 @@ def test_replay_reads_an_export_from_standard_input(url: str) -> None:
     assert proc.returncode == 2 and "No such file" not in proc.stderr and "no signals" in proc.stderr, proc.stderr
 
 
-def test_a_deprecated_setting_warns_on_stderr_as_json_for_the_worker(url: str) -> None:
-    """The worker's deprecation warning is one of its JSON log lines on stderr (it went to
-    stdout, in console format, before the worker had configured its logging)."""
+def test_an_unknown_setting_warns_on_stderr_as_json_for_the_worker(url: str) -> None:
+    """The worker's warning about a WM_SIGNALS_* variable that names no setting is one of
+    its JSON log lines on stderr, never on stdout."""
     proc = wm("worker", "--redis-url", url, "--namespace", ns(), "--check", WM_SIGNALS_KEEP_SNAPSHOTS="3",
               WM_SIGNALS_LOG_FORMAT="json")
     assert proc.stdout == "", proc.stdout
-    assert any('"settings.deprecated"' in line and line.startswith("{") for line in proc.stderr.splitlines())
+    assert any('"settings.unknown_variable"' in line and line.startswith("{") for line in proc.stderr.splitlines())
 
 
 def test_replay_takes_a_time_without_a_zone_as_utc() -> None:
@@ -319,7 +319,7 @@ def test_replay_takes_a_time_without_a_zone_as_utc() -> None:
     (``unexpected error (TypeError)``)."""
     from datetime import UTC, datetime  # noqa: PLC0415
 
-    from workers.cli.commands.debug import _bound  # noqa: PLC0415
+    from workers.cli.commands.replay import _bound  # noqa: PLC0415
 
     bound = _bound("2026-12-01T22:33:58")
     assert bound is not None
