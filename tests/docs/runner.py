@@ -74,16 +74,43 @@ def source(block: Block, url: str) -> str:
     return text
 
 
+#: Runs the Python blocks given as file names one after the other in one interpreter, each
+#: as ``__main__`` with fresh globals (one interpreter start for a run of blocks: starting
+#: one per block would take most of the docs tests' time).
+_DRIVER = """
+import runpy, sys
+for path in sys.argv[1:]:
+    print(f"--- {path}", flush=True)
+    runpy.run_path(path, run_name="__main__")
+"""
+
+
+def run_python(run: list[Block], url: str, env: dict[str, str], folder: Path) -> subprocess.CompletedProcess[str]:
+    """Run consecutive Python blocks in one interpreter, in order; fails naming the block
+    that failed."""
+    paths = []
+    for block in run:
+        script = folder / f"{block.path.stem}_{block.line}.py"
+        script.write_text(source(block, url))
+        paths.append(str(script))
+    done = subprocess.run([sys.executable, "-c", _DRIVER, *paths], env=env, cwd=folder, capture_output=True, text=True,
+                          timeout=BLOCK_TIMEOUT_S * len(run), check=False)
+    if done.returncode != 0:
+        started = [line.removeprefix("--- ") for line in done.stdout.splitlines() if line.startswith("--- ")]
+        failed = run[len(started) - 1] if started else run[0]
+        raise AssertionError(f"{failed.where} (python) failed\n--- stdout\n{done.stdout[-2000:]}\n--- stderr\n"
+                             f"{done.stderr[-3000:]}")
+    return done
+
+
 def run(block: Block, url: str, env: dict[str, str], folder: Path) -> subprocess.CompletedProcess[str]:
     """Run one block; fails the test, naming the block, when it does not succeed."""
     if block.lang == "json":
         json.loads(block.text)
         return subprocess.CompletedProcess([], 0, "", "")
     if block.lang == "python":
-        script = folder / f"block_{block.line}.py"
-        script.write_text(source(block, url))
-        argv = [sys.executable, str(script)]
-    elif block.lang == "sh":
+        return run_python([block], url, env, folder)
+    if block.lang == "sh":
         argv = ["bash", "-eu", "-o", "pipefail", "-c", source(block, url)]
     else:
         raise AssertionError(f"{block.where}: a {block.lang or 'plain'} block is not run: mark it "

@@ -45,8 +45,18 @@ def test_page_blocks_run(page: Path) -> None:
         folder = Path(stack.enter_context(runner.temp_folder()))
         env = runner.environment(server.url, runner.cli_shim(folder))
         serving = False
-        for block in todo:
+        i = 0
+        while i < len(todo):
+            block = todo[i]
             if block.mark == "worker" and not serving:
                 stack.enter_context(runner.worker(env, folder))
                 serving = True
+            if block.lang == "python":  # a run of Python blocks shares one interpreter start
+                j = i + 1
+                while j < len(todo) and todo[j].lang == "python" and (todo[j].mark != "worker" or serving):
+                    j += 1
+                runner.run_python(todo[i:j], server.url, env, folder)
+                i = j
+                continue
             runner.run(block, server.url, env, folder)
+            i += 1
