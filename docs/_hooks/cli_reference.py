@@ -97,7 +97,7 @@ def _section(path: list[str], parser: argparse.ArgumentParser, summary: str, dep
     if parser.epilog:
         lines += [" ".join(parser.epilog.split()), ""]
     for name, sub, help_text in _subcommands(parser):
-        lines += _section([*path, name], sub, help_text, min(depth + 1, 4))
+        lines += _section([*path, name], sub, help_text, min(depth + 1, 6))
     return lines
 
 
@@ -110,7 +110,7 @@ def render() -> str:
         parser = _build_parser()
         lines: list[str] = []
         for name, sub, help_text in _subcommands(parser):
-            lines += _section(["wm-signals", name], sub, help_text, 2)
+            lines += _section(["wm-signals", name], sub, help_text, 3)
     finally:
         if saved is None:
             del os.environ["COLUMNS"]
