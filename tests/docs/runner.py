@@ -80,7 +80,7 @@ def source(block: Block, url: str) -> str:
 _DRIVER = """
 import runpy, sys
 for path in sys.argv[1:]:
-    print(f"--- {path}", flush=True)
+    print(f"--- {path}", file=sys.stderr, flush=True)
     runpy.run_path(path, run_name="__main__")
 """
 
@@ -96,7 +96,7 @@ def run_python(run: list[Block], url: str, env: dict[str, str], folder: Path) ->
     done = subprocess.run([sys.executable, "-c", _DRIVER, *paths], env=env, cwd=folder, capture_output=True, text=True,
                           timeout=BLOCK_TIMEOUT_S * len(run), check=False)
     if done.returncode != 0:
-        started = [line.removeprefix("--- ") for line in done.stdout.splitlines() if line.startswith("--- ")]
+        started = [line for line in done.stderr.splitlines() if line.startswith("--- ")]
         failed = run[len(started) - 1] if started else run[0]
         raise AssertionError(f"{failed.where} (python) failed\n--- stdout\n{done.stdout[-2000:]}\n--- stderr\n"
                              f"{done.stderr[-3000:]}")
