@@ -49,8 +49,8 @@ def worker(env: dict[str, str], folder: Path) -> Iterator[subprocess.Popen[bytes
     """A worker process on the page's Redis, ready (it logged ``worker.ready``) when yielded."""
     log_path = folder / "worker.log"
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "workers", "worker"], env={**env, "WM_SIGNALS_LOG_LEVEL": "info"},
-                                cwd=folder, stdout=subprocess.DEVNULL, stderr=log)
+        proc = subprocess.Popen([sys.executable, "-m", "workers", "worker"], cwd=folder, stdout=subprocess.DEVNULL,
+                                stderr=log, env={**env, "WM_SIGNALS_LOG_LEVEL": "info"})
     try:
         deadline = time.monotonic() + 30
         while b"worker.ready" not in log_path.read_bytes():

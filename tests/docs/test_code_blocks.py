@@ -15,7 +15,7 @@ import pytest
 
 from tests.docs import runner
 from tests.docs.codeblocks import ROOT, RUNNABLE, blocks, pages
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = pytest.mark.redis
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from markdown.extensions.toc import slugify
+from markdown.extensions.toc import slugify  # type: ignore[import-untyped]
 
 from tests.docs.codeblocks import ROOT
 

@@ -21,13 +21,13 @@ import pytest
 
 from signals import Keys, connect, lane_id, read_signals
 from tests.docs import runner
-from tests.docs.codeblocks import ROOT, blocks
-from workers.embedded import RedisServer
+from tests.docs.codeblocks import ROOT, Block, blocks
+from workers.runtime.embedded import RedisServer
 
 pytestmark = pytest.mark.redis
 
 
-def _steps() -> list[runner.Block]:
+def _steps() -> list[Block]:
     steps = [b for b in blocks(ROOT / "README.md") if b.mark == "quickstart"]
     assert [b.lang for b in steps] == ["sh", "python", "python"], [b.where for b in steps]
     return steps
@@ -38,7 +38,7 @@ async def _signalled(url: str, version: int) -> None:
     redis = connect(url)
     try:
         with anyio.fail_after(20):
-            while not any(s.write_version >= version for _, s in await read_signals(redis, Keys(), lane_id(
+            while not any((s.write_version or 0) >= version for _, s in await read_signals(redis, Keys(), lane_id(
                     "resource", "ada", None))):
                 await anyio.sleep(0.05)
     finally:
