@@ -50,3 +50,16 @@ def test_the_link_check_catches_a_broken_anchor(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# Two version numbers\n## `wm-signals write`\n```sh\n# not a heading\n```\n")
     assert _anchors(page) == {"two-version-numbers", "wm-signals-write"}
+
+
+def test_repository_paths_named_in_the_docs_exist() -> None:
+    """Every repository path the README and the docs name in a code span (`signals/...`,
+    `tests/...`, `deploy/...`) is there: a file moved without its docs fails here. The
+    changelog is history and may name what is gone."""
+    span = re.compile(r"`((?:signals|workers|tests|deploy|bench|examples|docs|\.ci)/[\w./*-]*)`")
+    missing = []
+    for page in [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for path in span.findall(page.read_text(encoding="utf-8")):
+            if "*" not in path and not (ROOT / path.rstrip("/")).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    assert not missing, missing
