@@ -1,5 +1,8 @@
 """MkDocs hook: the CLI reference, generated from the ``wm-signals`` argument parser.
 
+argparse has no public way to list a parser's arguments and subcommands, so this build-time
+hook reads ``_actions`` (what ``format_help`` itself reads); the CLI's own code does not.
+
 ``docs/cli.md`` holds a ``<!-- cli-reference -->`` marker; at build time this hook
 replaces it with one section per command, walked from ``build_parser()`` (its usage, its
 description and a table of its arguments with their defaults and help), so the reference
