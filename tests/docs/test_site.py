@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,5 @@ def test_api_reference_covers_the_public_surface(site: Path) -> None:
     page = (site / "api" / "index.html").read_text(encoding="utf-8")
     missing = [name for name in signals.__all__ if f'id="signals.{name}"' not in page]
     assert not missing, f"not in the API reference: {missing}"
+    roles = sorted(set(re.findall(r":(?:class|meth|func|data|mod|attr|exc):", page)))
+    assert not roles, f"Sphinx roles printed as they are (docs/_hooks/sphinx_roles.py): {roles}"
