@@ -22,7 +22,7 @@ script alone, with no commits between, measured ~10 us per write here), so the s
 between the two rows is approximate and their sum is not. The worker's own CPU per lane
 is printed too. The latency benchmark's gap to its floor at 10,000 writes/s is mostly the
 commit script's extra Redis time on a host shared with the load generator (see
-README.md, Performance): this is where it shows in isolation.
+docs/performance.md): this is where it shows in isolation.
 """
 
 from __future__ import annotations

@@ -326,7 +326,7 @@ def acl_file(keys: Keys, passwords: Mapping[str, str], *, cluster: bool = False)
     """The ACL file of a namespace: ``user default off``, then one line per role.
 
     Deterministic for given passwords (the committed ``deploy/users.acl`` is compared
-    with it). ACL files hold no comments; ``deploy/README.md`` describes the roles.
+    with it). ACL files hold no comments; ``docs/operations/redis.md`` describes the roles.
     See :func:`acl_users` for the arguments and errors.
     """
     lines = ["user default off"]

@@ -91,7 +91,7 @@ def test_rule_file_structure() -> None:
 
 
 def test_every_alert_of_the_readme_is_a_rule() -> None:
-    """The conditions deploy/README.md promises alerts on each have a rule on the right metric."""
+    """The conditions docs/operations/alerts.md promises alerts on each have a rule on the right metric."""
     on = {rule["alert"]: metric_names(rule["expr"]) for rule in _rules()}
     wanted = {
         "WmSignalsBacklogGrowing": "wm_signals_stream_lag",
@@ -100,7 +100,7 @@ def test_every_alert_of_the_readme_is_a_rule() -> None:
         "WmSignalsReconnecting": "wm_signals_reconnects_total",
         "WmSignalsNoWorkerReading": "wm_signals_up",
     }
-    readme = (ROOT / "deploy" / "README.md").read_text()
+    readme = (ROOT / "docs" / "operations" / "alerts.md").read_text()
     for alert, metric in wanted.items():
         assert metric in on[alert], alert
         assert alert in readme, alert

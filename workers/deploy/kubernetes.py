@@ -19,7 +19,7 @@ gives each partition's undelivered entries, and ``advanced.scalingModifiers`` re
 per-trigger metrics with one composite metric, the formula ``p0 + p1 + ...``, whose target
 is the backlog one worker should carry. It reads Redis itself, so it works when no worker
 runs (scaling from zero: the Prometheus lag gauge comes from the workers and vanishes with
-them). deploy/README.md gives the Prometheus alternative for very many partitions.
+them). docs/operations/kubernetes.md gives the Prometheus alternative for very many partitions.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def leaf(error: BaseException) -> BaseException:
     return error
 
 
-#: The role each command runs as (deploy/README.md, "ACL users"), for a refusal by the ACL.
+#: The role each command runs as (docs/operations/redis.md, "ACL users"), for a refusal by the ACL.
 _ROLES = {"worker": "the worker role", "write": "the writer or agent role", "get": "a writer, reader or agent role",
           "subscribe": "a reader, writer or agent role", "export": "the operator role",
           "replay": "the operator role (--verify reads the lane's tracking; without it, --deliveries included, "
@@ -63,7 +63,7 @@ def _redis_error(error: redis_exc.RedisError, command: str | None = None) -> tup
         return f"Redis refused the login: {error} (check the URL's user and password)", EXIT_BAD_INPUT
     if isinstance(error, redis_exc.NoPermissionError) and command:
         role = _ROLES.get(command)
-        hint = f"run it as {role}" if role else "see the ACL users in deploy/README.md"
+        hint = f"run it as {role}" if role else "see the ACL users in docs/operations/redis.md"
         return (f"the Redis user may not do what '{command}' needs: {error} ({hint}: the roles are the "
                 "ACL users of 'wm-signals deploy acl')"), EXIT_ERROR
     return f"Redis: {error}", EXIT_ERROR

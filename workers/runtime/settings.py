@@ -238,7 +238,7 @@ class Settings(BaseSettings):
         configured (a worker configures it from these very settings)."""
         for name in unknown_variables(os.environ):
             log.warning("settings.unknown_variable", variable=name[:80],
-                        note="no setting has this name: it is ignored (see the README's settings)")
+                        note="no setting has this name: it is ignored (see docs/operations/worker.md, Settings)")
 
     def keys(self) -> Keys:
         """The key layout."""

@@ -51,7 +51,7 @@ def parse_passwords(keys: Keys, values: list[str]) -> dict[str, str]:
             raise InvalidInputError(f"--password: unknown role {given!r}: the roles are {', '.join(ROLES)}")
         if role in out:
             raise InvalidInputError(f"--password: role {role!r} given twice")
-        if not _URL_SAFE.fullmatch(secret):  # it goes into redis:// URLs as it is (deploy/README.md)
+        if not _URL_SAFE.fullmatch(secret):  # it goes into redis:// URLs as it is (docs/operations/redis.md)
             raise InvalidInputError(f"--password: the {role} password must be URL-safe (letters, digits, '-', "
                                     "'.', '_', '~'): it goes into redis:// URLs as it is")
         out[role] = secret
