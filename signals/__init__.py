@@ -52,6 +52,7 @@ from signals.errors import (
 )
 from signals.streams.client import Client, connect
 from signals.streams.deliveries import NO_WINDOW, DeliveryLog, ModelView
+from signals.streams.documents import Document
 from signals.streams.durability import Durability
 from signals.streams.keys import Keys, lane_id
 from signals.streams.redis_errors import (
@@ -63,7 +64,7 @@ from signals.streams.redis_errors import (
 )
 from signals.streams.replay import Materialised, materialise, read_signals
 from signals.streams.sentinel import SentinelClient, connect_sentinel
-from signals.streams.store import Document, WorkingMemoryStore
+from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from signals.streams.urls import TLSOptions
 from signals.streams.verify import VerifyReport, verify_lane

@@ -37,10 +37,11 @@ from signals.core.window import Injection, StepResult, WindowTracker
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.deliveries import DeliveryLog
+from signals.streams.documents import Document
 from signals.streams.keys import Keys, lane_id, validate_id
 from signals.streams.redis_errors import acl_refused
 from signals.streams.replay import Materialised
-from signals.streams.store import Document, WorkingMemoryStore
+from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from signals.tool import handle_tool_call, tool_definition
 

@@ -10,8 +10,7 @@ apply once: the retry returns the version the first attempt produced (keys expir
 ``idempotency_ttl_s``). The key remembers a fingerprint of its request (the operation and
 its text, or its merge object with sorted keys): the same key with another request is
 refused with :class:`~signals.errors.IdempotencyKeyReusedError`, naming the version the
-key made, and nothing is written (it used to return that version silently, as if the
-new write had been applied).
+key made, and nothing is written.
 
 A thread belongs to one resource forever: the first write or :meth:`create_thread`
 records the owner; a write naming another resource is refused. For thread scope the
@@ -20,23 +19,22 @@ the owner never changes once set.
 
 What the store builds on: the write script's calls and the meaning of their refusals
 (:mod:`signals.streams.write_script`), thread owners (:mod:`signals.streams.threads`),
-replica acknowledgements (:mod:`signals.streams.durability`) and request fingerprints
-(:mod:`signals.streams.idempotency`); this module decides what to write, and when to
-retry or answer a retry.
+replica acknowledgements (:mod:`signals.streams.durability`), request fingerprints
+(:mod:`signals.streams.idempotency`), the stored document (:mod:`signals.streams.documents`)
+and the answer to a retry (:mod:`signals.streams.retries`); this module decides what to
+write, and when to retry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import anyio
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
-from signals.core.codec import invalid_utf8_at
-from signals.core.lane import MAX_VERSION, parse_version
+from signals.core.lane import MAX_VERSION
 from signals.core.lru import LRU
 from signals.core.memory import (
     WorkingMemoryConfig,
@@ -45,11 +43,10 @@ from signals.core.memory import (
     check_size,
     template_text,
 )
-from signals.core.models import Format, Scope
+from signals.core.models import Scope
 from signals.errors import (
     ConflictError,
     CorruptDataError,
-    IdempotencyKeyReusedError,
     InvalidInputError,
     ReadOnlyError,
     RedisUnavailableError,
@@ -57,29 +54,21 @@ from signals.errors import (
 )
 from signals.streams.backoff import full_jitter
 from signals.streams.client import Client, connect
-from signals.streams.durability import Durability, require_replicas
-from signals.streams.idempotency import canonical_merge, parse_stored, request_fingerprint
+from signals.streams.documents import Document, read_document
+from signals.streams.durability import Durability
+from signals.streams.idempotency import canonical_merge, request_fingerprint
 from signals.streams.keys import Keys, lane_id, validate_id
 from signals.streams.namespace import NamespaceCheck
+from signals.streams.retries import RetryAnswers
 from signals.streams.threads import ThreadOwners
 from signals.streams.write_script import LaneRef, WriteScript
 
-__all__ = ("Document", "LaneRef", "WorkingMemoryStore")
+__all__ = ("LaneRef", "WorkingMemoryStore")
 
 log = get_logger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Document:
-    """A stored working-memory document at a version."""
-
-    lane: str
-    data: str
-    version: int
-    format: Format
-
-
-class WorkingMemoryStore:
+class WorkingMemoryStore(RetryAnswers):
     """Reads and writes working memory; one instance per process is plenty.
 
     Args:
@@ -200,23 +189,9 @@ class WorkingMemoryStore:
         return doc
 
     async def _read(self, lane: str) -> Document | None:
-        try:
-            reply = await self.redis.hmget(self.keys.doc(lane), ["data", "version", "format"])
-            data, version, fmt = cast(list[str | None], reply)
-        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-            raise RedisUnavailableError(f"reading {lane}: {e}") from e
-        except redis_exc.ResponseError as e:  # WRONGTYPE: the key is not a document hash
-            raise CorruptDataError(f"{self.keys.doc(lane)}: {e}") from e
-        if version is None:
-            return None
-        where = self.keys.doc(lane)
-        number = parse_version(version, f"{where} field version")
-        if fmt not in (None, "markdown", "json"):
-            raise CorruptDataError(f"{where} field format is {fmt[:40]!r}, not markdown or json")
-        if data is not None and (at := invalid_utf8_at(data)) is not None:
-            raise CorruptDataError(f"{where} field data is not valid UTF-8 (an invalid byte at character {at})")
-        doc = Document(lane, data or "", number, cast(Format, fmt or "markdown"))
-        self._known.put(lane, doc)
+        doc = await read_document(self.redis, self.keys, lane)
+        if doc is not None:
+            self._known.put(lane, doc)
         return doc
 
     async def thread_owner(self, thread_id: str) -> str | None:
@@ -347,14 +322,6 @@ class WorkingMemoryStore:
             raise InvalidInputError(f"{ref.lane} holds {current.format} working memory, not {self.config.format}")
         return version
 
-    async def _check_replicated(self, ref: LaneRef, version: int, acked: object,
-                                idempotency_key: str | None = None, stored: str = "") -> None:
-        """Under a durability setting, :func:`~signals.streams.durability.require_replicas`
-        for this write (a ``dup``, ``acked`` None, confirms its idempotency key first)."""
-        if self.durability is not None:
-            key = self.keys.idempotency(ref.lane, idempotency_key) if idempotency_key is not None else None
-            await require_replicas(self.redis, self.durability, ref.lane, version, acked, key=key, stored=stored)
-
     def _fingerprint(self, idempotency_key: str | None, op: str, request: Callable[[], str]) -> str:
         """The request's fingerprint for its idempotency key (checked), ``""`` without one."""
         if idempotency_key is None:
@@ -377,72 +344,6 @@ class WorkingMemoryStore:
         data = compute(current.data if current else None)
         check_size(data, self.config.max_bytes)
         return version, data
-
-    async def _retried(self, ref: LaneRef, owner: str, idempotency_key: str | None, fingerprint: str) -> int | None:
-        """The version a used ``idempotency_key`` made, when this is its retry; ``None``
-        when the key is new (the write script checks it again, atomically, with the write).
-
-        Checked before the write is computed: a retry is the same request as the first
-        attempt, which ``if_version`` or the schema may refuse now that the lane moved on
-        (another writer's change), and it must still answer with the key's version. A
-        thread's owner is checked first, as the write script does. ``None`` too without a key."""
-        if idempotency_key is None:
-            return None
-        key = self.keys.idempotency(ref.lane, idempotency_key)
-        try:
-            stored = await self.redis.get(key)
-        except redis_exc.ResponseError as e:  # WRONGTYPE: the write script names the key
-            log.debug("wm.idempotency_key_unreadable", key=key, error=str(e))
-            return None
-        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-            raise RedisUnavailableError(f"reading {key}: {e}") from e
-        if stored is None:
-            return None
-        if owner and ref.thread_id and not await self._owner_matches(ref, owner):
-            return None
-        return await self._answer_retry(ref, idempotency_key, cast(str, stored), fingerprint)
-
-    async def _owner_matches(self, ref: LaneRef, owner: str) -> bool:
-        """Refuse a thread write naming another resource than the thread's owner; ``False``
-        when the owner record cannot be read (the write script then names the fault)."""
-        try:
-            recorded = await self.thread_owner(ref.thread_id or "")
-        except redis_exc.ResponseError as e:  # WRONGTYPE: refused, naming the key, by the write script
-            log.debug("wm.thread_owner_unreadable", thread=ref.thread_id, error=str(e))
-            return False
-        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-            raise RedisUnavailableError(f"reading the owner of thread {ref.thread_id!r}: {e}") from e
-        if recorded is not None and recorded != owner:  # the script's own refusal of another resource's write
-            raise cast(WmSignalsError, self.write_script.refusal(ref, "owner", recorded, None))
-        return True
-
-    async def _answer_retry(self, ref: LaneRef, idempotency_key: str | None, stored: str, fingerprint: str) -> int:
-        """A used idempotency key's answer: its version, confirmed under a durability
-        setting; :class:`IdempotencyKeyReusedError` when it was used for another request.
-
-        The key is a writer's key, and any writer of the namespace may set it: a version
-        the lane has not reached (or 0) was made by no write. Answering it would report a
-        write that never happened as done, so it is :class:`CorruptDataError`, naming the
-        key (the key is set with its write, atomically, so a genuine one never runs ahead
-        of the document read after it). A forged version the lane has reached, with the
-        right fingerprint, cannot be told from a retry: an idempotency key is as private
-        as its name."""
-        what = f"idempotency key {idempotency_key!r} of {ref.lane}"
-        done, made_by = parse_stored(stored, what)
-        if made_by and fingerprint and made_by != fingerprint:
-            raise IdempotencyKeyReusedError(
-                f"{what} was used for another write (it made version {done}); a retry must repeat its request, "
-                "and a new write needs a new key: nothing was written",
-                version=done)
-        document = await self._read(ref.lane)
-        reached = document.version if document is not None else 0
-        if not 1 <= done <= reached:
-            raise CorruptDataError(
-                f"{what} says it made version {done}, but the lane is at version {reached}: no write made it "
-                f"(the key, {self.keys.idempotency(ref.lane, idempotency_key or '')}, was set by hand); nothing "
-                "was written: write with a new key, or delete that one")
-        await self._check_replicated(ref, done, None, idempotency_key, stored)
-        return done
 
     async def _commit(
         self,
