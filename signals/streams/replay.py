@@ -50,6 +50,7 @@ __all__ = (
     "trimmed_before",
     "xrange_entries",
     "xread_entries",
+    "xread_streams",
 )
 
 #: Versions are integers up to 2**53: exact in every JSON reader (JavaScript's too).
@@ -138,6 +139,29 @@ async def xread_entries(
     args += ["STREAMS", key, last_id]
     reply = await raw_command(redis, key, args)
     return [_raw_entry(entry) for _, entries in reply or [] for entry in entries]
+
+
+async def xread_streams(
+    redis: Client, streams: dict[str, str], *, count: int, block: int | None = None
+) -> dict[str, list[RawEntry]]:
+    """XREAD of several streams (key -> the last id seen; on Redis Cluster all in one slot),
+    waiting up to ``block`` ms; each stream's new entries as :func:`xrange_entries` gives them.
+
+    Raises:
+        redis.exceptions.ResponseError: ``WRONGTYPE`` when one of the keys is not a stream
+            (Redis does not say which).
+    """
+    args: list[str | int] = ["XREAD", "COUNT", count]
+    if block is not None:
+        args += ["BLOCK", block]
+    args += ["STREAMS", *streams, *streams.values()]
+    reply = await redis.execute_command(*args, **_NEVER_DECODE)
+    out: dict[str, list[RawEntry]] = {}
+    for key, entries in reply or []:
+        name = _text(key)
+        if name is not None:
+            out[name] = [_raw_entry(entry) for entry in entries]
+    return out
 
 
 def signal_problem(signal: Signal, lane: str) -> str | None:

@@ -1,0 +1,131 @@
+"""The MCP server of working memory, on the SDK's low-level ``Server``.
+
+:func:`build_server` wires the tools (:mod:`workers.mcp.tools`), the resources
+(:mod:`workers.mcp.resources`) and both subscription styles
+(:mod:`workers.mcp.subscriptions`) over one store, and runs the signal watch
+(:mod:`workers.mcp.fanout`) in the server's lifespan. It is the low-level ``Server``, not
+``MCPServer``: ``MCPServer`` serves no ``resources/subscribe`` (the 2025 way most
+deployed clients subscribe, which must also be advertised at the handshake), and its own
+``subscriptions/listen`` handler takes any URI a client asks for, where each must be
+checked against the caller. The same server object runs over stdio, streamable HTTP
+(:mod:`workers.mcp.http`), or in-process (the SDK's ``Client(server)``, in tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp_types import (
+    CallToolRequestParams,
+    CallToolResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+    ReadResourceResult,
+)
+
+from signals.core.signing import Signer
+from signals.streams.store import WorkingMemoryStore
+from workers.mcp.access import Access, Caller
+from workers.mcp.fanout import SignalWatch
+from workers.mcp.resources import Resources
+from workers.mcp.subscriptions import Limits, Subscriptions
+from workers.mcp.tools import Tools
+
+__all__ = ("NAME", "Options", "build_server")
+
+NAME = "wm-signals"
+_INSTRUCTIONS = (
+    "Working memory: what is known about the user (resource) and each conversation (thread), kept across "
+    "sessions. Read wm://resource/{resourceId} (subscribe to it to be told when it changes), or call "
+    "get_working_memory; call set_working_memory only for new or changed facts."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How the server watches signal streams, and its subscription bounds.
+
+    Attributes:
+        cluster: the client is a Redis Cluster client (one read loop per partition).
+        signer: verify signals' MACs (the workers' signing key).
+        block_ms: how long one blocking read of the watched streams waits.
+        limits: subscription bounds (see :class:`~workers.mcp.subscriptions.Limits`).
+    """
+
+    cluster: bool = False
+    signer: Signer | None = None
+    block_ms: int = 5000
+    limits: Limits = field(default_factory=Limits)
+
+
+def build_server(store: WorkingMemoryStore, *, caller: Caller | None = None,
+                 options: Options | None = None, version: str = "") -> Server[dict[str, Any]]:
+    """The MCP server over ``store``.
+
+    Args:
+        store: reads and writes (its config: template or schema mode, size limit); its
+            Redis client also tails the signal streams.
+        caller: the resource every request acts for (stdio, in-process); ``None``: each
+            HTTP request's bearer token names it (see :mod:`workers.mcp.http`).
+        options: signal watch and subscription bounds.
+        version: the server version reported to clients.
+    """
+    options = options or Options()
+    access = Access(store, caller)
+    tools = Tools(access, options.signer)
+    resources = Resources(access)
+    subscriptions = Subscriptions(resources, options.limits)
+    watch = SignalWatch(store.redis, store.keys, subscriptions.notify, cluster=options.cluster,
+                        signer=options.signer, block_ms=options.block_ms, max_lanes=options.limits.lanes)
+
+    @asynccontextmanager
+    async def lifespan(_: Server[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        async with anyio.create_task_group() as tg:
+            await tg.start(watch.run)
+            subscriptions.start(tg, watch)
+            try:
+                yield {"watch": watch}
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> ListToolsResult:
+        return ListToolsResult(tools=tools.definitions())
+
+    async def call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> CallToolResult:
+        return await tools.call(params.name, params.arguments)
+
+    async def list_resources(ctx: ServerRequestContext[Any, Any],
+                             params: PaginatedRequestParams | None) -> ListResourcesResult:
+        return ListResourcesResult(resources=resources.listed())
+
+    async def list_templates(ctx: ServerRequestContext[Any, Any],
+                             params: PaginatedRequestParams | None) -> ListResourceTemplatesResult:
+        return ListResourceTemplatesResult(resource_templates=resources.templates())
+
+    async def read_resource(ctx: ServerRequestContext[Any, Any],
+                            params: ReadResourceRequestParams) -> ReadResourceResult:
+        return await resources.read(params.uri)
+
+    return Server(
+        NAME,
+        version=version,
+        instructions=_INSTRUCTIONS,
+        lifespan=lifespan,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_subscribe_resource=subscriptions.subscribe,
+        on_unsubscribe_resource=subscriptions.unsubscribe,
+        on_subscriptions_listen=subscriptions.listen,
+    )
