@@ -26,6 +26,7 @@ from signals.core.simulate import run_scenario
 from signals.errors import InvalidInputError
 from workers.cli.args import read_text
 from workers.cli.commands import demo as demo_commands
+from workers.cli.commands import mcp as mcp_commands
 from workers.cli.commands import deploy as deploy_commands
 from workers.cli.commands import memory as commands
 from workers.cli.commands import replay as replay_commands
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay_commands.register(sub)
     status_commands.register(sub)
     deploy_commands.register(sub)
+    mcp_commands.register(sub)
     parser.commands = dict(sub.choices)
     return parser
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from mcp.server.context import ServerRequestContext
@@ -24,12 +24,17 @@ from mcp.server.lowlevel.server import Server
 from mcp_types import (
     CallToolRequestParams,
     CallToolResult,
+    EmptyResult,
     ListResourcesResult,
     ListResourceTemplatesResult,
     ListToolsResult,
     PaginatedRequestParams,
     ReadResourceRequestParams,
     ReadResourceResult,
+    SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+    UnsubscribeRequestParams,
 )
 
 from signals.core.signing import Signer
@@ -43,6 +48,7 @@ from workers.mcp.tools import Tools
 __all__ = ("NAME", "Options", "build_server")
 
 NAME = "wm-signals"
+_SUBSCRIPTIONS = "wm_signals.subscriptions"
 _INSTRUCTIONS = (
     "Working memory: what is known about the user (resource) and each conversation (thread), kept across "
     "sessions. Read wm://resource/{resourceId} (subscribe to it to be told when it changes), or call "
@@ -83,19 +89,34 @@ def build_server(store: WorkingMemoryStore, *, caller: Caller | None = None,
     access = Access(store, caller)
     tools = Tools(access, options.signer)
     resources = Resources(access)
-    subscriptions = Subscriptions(resources, options.limits)
-    watch = SignalWatch(store.redis, store.keys, subscriptions.notify, cluster=options.cluster,
-                        signer=options.signer, block_ms=options.block_ms, max_lanes=options.limits.lanes)
 
     @asynccontextmanager
     async def lifespan(_: Server[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        """One run's subscriptions and signal watch (each run of the server has its own:
+        stdio and HTTP run once per process, an in-process client once per client)."""
+        subscriptions = Subscriptions(resources, options.limits)
+        watch = SignalWatch(store.redis, store.keys, subscriptions.notify, cluster=options.cluster,
+                            signer=options.signer, block_ms=options.block_ms, max_lanes=options.limits.lanes)
         async with anyio.create_task_group() as tg:
             await tg.start(watch.run)
             subscriptions.start(tg, watch)
             try:
-                yield {"watch": watch}
+                yield {_SUBSCRIPTIONS: subscriptions}
             finally:
                 tg.cancel_scope.cancel()
+
+    def running(ctx: ServerRequestContext[Any, Any]) -> Subscriptions:
+        return cast(Subscriptions, ctx.lifespan_context[_SUBSCRIPTIONS])
+
+    async def subscribe(ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams) -> EmptyResult:
+        return await running(ctx).subscribe(ctx, params)
+
+    async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams) -> EmptyResult:
+        return await running(ctx).unsubscribe(ctx, params)
+
+    async def listen(ctx: ServerRequestContext[Any, Any],
+                     params: SubscriptionsListenRequestParams) -> SubscriptionsListenResult:
+        return await running(ctx).listen(ctx, params)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> ListToolsResult:
         return ListToolsResult(tools=tools.definitions())
@@ -125,7 +146,7 @@ def build_server(store: WorkingMemoryStore, *, caller: Caller | None = None,
         on_list_resources=list_resources,
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
-        on_subscribe_resource=subscriptions.subscribe,
-        on_unsubscribe_resource=subscriptions.unsubscribe,
-        on_subscriptions_listen=subscriptions.listen,
+        on_subscribe_resource=subscribe,
+        on_unsubscribe_resource=unsubscribe,
+        on_subscriptions_listen=listen,
     )
