@@ -41,7 +41,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     from workers.mcp.run import McpConfig, run_mcp  # noqa: PLC0415 - the mcp extra
 
     settings = settings_from(args)
-    configure_logging(settings.log_format, settings.log_level)
+    configure_logging(settings.log_format, settings.log_level, force=True)  # a long-running server: its own level
     config = McpConfig(transport=args.transport, bind=args.bind, port=args.port, resource=args.resource,
                        thread=args.thread, tokens_file=args.tokens_file, schema=_schema(args.schema),
                        max_bytes=args.max_bytes)
