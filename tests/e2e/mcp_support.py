@@ -8,14 +8,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx2
 from mcp import Client
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 
 from signals.streams.keys import Keys
@@ -84,7 +84,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 @asynccontextmanager
 async def http_client(port: int, token: str | None, *, mode: str = "legacy",
-                      message_handler: Callable[[Any], Awaitable[None]] | None = None) -> AsyncIterator[Client]:
+                      message_handler: MessageHandlerFnT | None = None) -> AsyncIterator[Client]:
     """The SDK's client over streamable HTTP, with a bearer token (``mode``: legacy = 2025, auto = 2026)."""
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:

@@ -105,7 +105,7 @@ async def test_no_token_or_a_wrong_token_is_refused(stack: Stack) -> None:
             assert response.json()["error"] == "invalid_token"
         response = await http.post(url, json=body, headers={**headers, "Authorization": f"Bearer {ALICE}"})
         assert response.status_code == 200
-    with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK's client surfaces the 401 as its transport error
+    with pytest.raises(Exception):  # noqa: B017 - the SDK's client surfaces the 401 as its transport error
         async with http_client(stack.ports[0], "wrong-token-0000000000") as client:
             await client.list_tools()
 
@@ -151,7 +151,7 @@ async def test_a_cli_write_reaches_both_generations_on_both_replicas(stack: Stac
         assert new.protocol_version == "2026-07-28" and old.protocol_version != new.protocol_version
         await old.subscribe_resource("wm://resource/alice")
         async with new.listen(resource_subscriptions=["wm://resource/alice"]) as sub:
-            code, out, err = await cli(stack.url, stack.keys, "write", "--resource", "alice", "--markdown", "# from CLI")
+            code, _, err = await cli(stack.url, stack.keys, "write", "--resource", "alice", "--markdown", "# from CLI")
             assert code == 0, err
             await _wait_for(messages, "wm://resource/alice")
             with anyio.fail_after(15):
@@ -175,20 +175,21 @@ async def test_a_token_for_one_resource_reaches_nothing_of_another(stack: Stack,
     assert code == 0, err
     async with (http_client(stack.ports[0], ALICE) as old, http_client(stack.ports[1], ALICE, mode="auto") as new):
         for client in (old, new):
-            for name, args in [("get_working_memory", {"resource_id": "bob"}), ("get_working_memory", {"thread_id": "bt"}),
+            for name, args in [("get_working_memory", {"resource_id": "bob"}),
+                               ("get_working_memory", {"thread_id": "bt"}),
                                ("set_working_memory", {"memory": "# mine", "resource_id": "bob"}),
                                ("set_working_memory", {"memory": "# mine", "thread_id": "bt"}),
                                ("get_working_memory_history", {"resource_id": "bob"}),
                                ("get_working_memory_history", {"thread_id": "bt"})]:
-                with pytest.raises(MCPError, match="^refused"):
+                with pytest.raises(MCPError, match=r"^refused"):
                     await client.call_tool(name, args)
             for uri in ("wm://resource/bob", "wm://resource/bob/version", "wm://thread/bt", "wm://thread/bt/version"):
-                with pytest.raises(MCPError, match="^refused"):
+                with pytest.raises(MCPError, match=r"^refused"):
                     await client.read_resource(uri)
         for uri in ("wm://resource/bob", "wm://thread/bt/version"):
-            with pytest.raises(MCPError, match="^refused"):
+            with pytest.raises(MCPError, match=r"^refused"):
                 await old.subscribe_resource(uri)
-            with pytest.raises(MCPError, match="^refused"):
+            with pytest.raises(MCPError, match=r"^refused"):
                 async with new.listen(resource_subscriptions=[uri]):
                     pass
     async with http_client(stack.ports[1], BOB) as bob:

@@ -24,10 +24,10 @@ from signals.core.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers
-from workers.runtime.embedded import RedisServer
 from workers.mcp.access import Caller
 from workers.mcp.server import Options, build_server
 from workers.mcp.subscriptions import Limits
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis,
               pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed")]

@@ -33,7 +33,7 @@ def _url_host(host: str) -> str:
 def http_app(server: Server[Any], verifier: TokenVerifier, *, host: str, port: int) -> Starlette:
     """The server's streamable-HTTP app, every request authenticated by ``verifier``."""
     base = f"http://{_url_host(host)}:{port}"
-    auth = AuthSettings(issuer_url=base, resource_server_url=None)  # type: ignore[arg-type]
+    auth = AuthSettings(issuer_url=base, resource_server_url=None)
     return server.streamable_http_app(streamable_http_path=ENDPOINT, auth=auth, token_verifier=verifier, host=host)
 
 

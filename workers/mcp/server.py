@@ -73,6 +73,66 @@ class Options:
     limits: Limits = field(default_factory=Limits)
 
 
+class _Handlers:
+    """The request handlers over one store; each run (lifespan) has its own subscriptions."""
+
+    def __init__(self, store: WorkingMemoryStore, caller: Caller | None, options: Options) -> None:
+        access = Access(store, caller)
+        self.store = store
+        self.options = options
+        self.tools = Tools(access, options.signer)
+        self.resources = Resources(access)
+
+    @asynccontextmanager
+    async def lifespan(self, _: Server[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        """One run's subscriptions and signal watch (stdio and HTTP run once per process, an
+        in-process client once per client)."""
+        options = self.options
+        subscriptions = Subscriptions(self.resources, options.limits)
+        watch = SignalWatch(self.store.redis, self.store.keys, subscriptions.notify, cluster=options.cluster,
+                            signer=options.signer, block_ms=options.block_ms, max_lanes=options.limits.lanes)
+        async with anyio.create_task_group() as tg:
+            await tg.start(watch.run)
+            subscriptions.start(tg, watch)
+            try:
+                yield {_SUBSCRIPTIONS: subscriptions}
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def list_tools(self, ctx: ServerRequestContext[Any, Any],
+                         params: PaginatedRequestParams | None) -> ListToolsResult:
+        return ListToolsResult(tools=self.tools.definitions())
+
+    async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> CallToolResult:
+        return await self.tools.call(params.name, params.arguments)
+
+    async def list_resources(self, ctx: ServerRequestContext[Any, Any],
+                             params: PaginatedRequestParams | None) -> ListResourcesResult:
+        return ListResourcesResult(resources=self.resources.listed())
+
+    async def list_templates(self, ctx: ServerRequestContext[Any, Any],
+                             params: PaginatedRequestParams | None) -> ListResourceTemplatesResult:
+        return ListResourceTemplatesResult(resource_templates=self.resources.templates())
+
+    async def read_resource(self, ctx: ServerRequestContext[Any, Any],
+                            params: ReadResourceRequestParams) -> ReadResourceResult:
+        return await self.resources.read(params.uri)
+
+    @staticmethod
+    def _running(ctx: ServerRequestContext[Any, Any]) -> Subscriptions:
+        return cast(Subscriptions, ctx.lifespan_context[_SUBSCRIPTIONS])
+
+    async def subscribe(self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams) -> EmptyResult:
+        return await self._running(ctx).subscribe(ctx, params)
+
+    async def unsubscribe(self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams) -> EmptyResult:
+        return await self._running(ctx).unsubscribe(ctx, params)
+
+    async def listen(self, ctx: ServerRequestContext[Any, Any],
+                     params: SubscriptionsListenRequestParams) -> SubscriptionsListenResult:
+        return await self._running(ctx).listen(ctx, params)
+
+
 def build_server(store: WorkingMemoryStore, *, caller: Caller | None = None,
                  options: Options | None = None, version: str = "") -> Server[dict[str, Any]]:
     """The MCP server over ``store``.
@@ -85,68 +145,18 @@ def build_server(store: WorkingMemoryStore, *, caller: Caller | None = None,
         options: signal watch and subscription bounds.
         version: the server version reported to clients.
     """
-    options = options or Options()
-    access = Access(store, caller)
-    tools = Tools(access, options.signer)
-    resources = Resources(access)
-
-    @asynccontextmanager
-    async def lifespan(_: Server[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-        """One run's subscriptions and signal watch (each run of the server has its own:
-        stdio and HTTP run once per process, an in-process client once per client)."""
-        subscriptions = Subscriptions(resources, options.limits)
-        watch = SignalWatch(store.redis, store.keys, subscriptions.notify, cluster=options.cluster,
-                            signer=options.signer, block_ms=options.block_ms, max_lanes=options.limits.lanes)
-        async with anyio.create_task_group() as tg:
-            await tg.start(watch.run)
-            subscriptions.start(tg, watch)
-            try:
-                yield {_SUBSCRIPTIONS: subscriptions}
-            finally:
-                tg.cancel_scope.cancel()
-
-    def running(ctx: ServerRequestContext[Any, Any]) -> Subscriptions:
-        return cast(Subscriptions, ctx.lifespan_context[_SUBSCRIPTIONS])
-
-    async def subscribe(ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams) -> EmptyResult:
-        return await running(ctx).subscribe(ctx, params)
-
-    async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams) -> EmptyResult:
-        return await running(ctx).unsubscribe(ctx, params)
-
-    async def listen(ctx: ServerRequestContext[Any, Any],
-                     params: SubscriptionsListenRequestParams) -> SubscriptionsListenResult:
-        return await running(ctx).listen(ctx, params)
-
-    async def list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> ListToolsResult:
-        return ListToolsResult(tools=tools.definitions())
-
-    async def call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> CallToolResult:
-        return await tools.call(params.name, params.arguments)
-
-    async def list_resources(ctx: ServerRequestContext[Any, Any],
-                             params: PaginatedRequestParams | None) -> ListResourcesResult:
-        return ListResourcesResult(resources=resources.listed())
-
-    async def list_templates(ctx: ServerRequestContext[Any, Any],
-                             params: PaginatedRequestParams | None) -> ListResourceTemplatesResult:
-        return ListResourceTemplatesResult(resource_templates=resources.templates())
-
-    async def read_resource(ctx: ServerRequestContext[Any, Any],
-                            params: ReadResourceRequestParams) -> ReadResourceResult:
-        return await resources.read(params.uri)
-
+    h = _Handlers(store, caller, options or Options())
     return Server(
         NAME,
         version=version,
         instructions=_INSTRUCTIONS,
-        lifespan=lifespan,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        on_list_resources=list_resources,
-        on_list_resource_templates=list_templates,
-        on_read_resource=read_resource,
-        on_subscribe_resource=subscribe,
-        on_unsubscribe_resource=unsubscribe,
-        on_subscriptions_listen=listen,
+        lifespan=h.lifespan,
+        on_list_tools=h.list_tools,
+        on_call_tool=h.call_tool,
+        on_list_resources=h.list_resources,
+        on_list_resource_templates=h.list_templates,
+        on_read_resource=h.read_resource,
+        on_subscribe_resource=h.subscribe,
+        on_unsubscribe_resource=h.unsubscribe,
+        on_subscriptions_listen=h.listen,
     )

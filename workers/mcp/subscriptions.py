@@ -84,7 +84,7 @@ def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection:
     """
     connection = getattr(ctx.session, "_connection", None)
     if not isinstance(connection, Connection):
-        raise RuntimeError("this mcp SDK's ServerSession holds no Connection at _connection: workers.mcp needs "
+        raise TypeError("this mcp SDK's ServerSession holds no Connection at _connection: workers.mcp needs "
                            "updating for it")
     return connection
 
