@@ -18,6 +18,7 @@ from pathlib import Path
 from bench import (
     bench_delta,
     bench_latency,
+    bench_mcp,
     bench_memory,
     bench_ops,
     bench_rss,
@@ -135,6 +136,12 @@ def main() -> None:
         "through both consumers "
         f"{'once' if q else f'{bench_latency.ROUNDS} times'}, back to back on fresh servers: the figures are "
         "medians over the rounds, and the ratio is the median of the rounds' ratios (listed beside it).")
+    out()
+    out("## MCP: write -> notification beside write -> subscriber; tool calls beside a Redis round trip")
+    out()
+    for line in bench_mcp.table(bench_mcp.run(20.0 if q else 50.0, 1.0 if q else 10.0, 5 if q else 50,
+                                              10 if q else 300)):
+        out(line)
     out()
     v = bench_verify.run(2_000 if q else 100_000)
     out(f"## replay --verify on a lane with {v['signals']:,} signals")
