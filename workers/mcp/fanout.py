@@ -17,7 +17,8 @@ Nothing read is trusted: each entry must be a signal of its lane
 else it is skipped and logged (``mcp.entry_refused``). A lane whose key is not a stream
 is parked (``mcp.lane_parked``) and probed again every :data:`PROBE_INTERVAL_S`, so one
 bad key cannot stop the others' notifications. An unreachable Redis is retried with
-backoff for as long as the server runs (``mcp.watch_retry``).
+backoff for as long as the server runs (``mcp.watch_retry``), and so is any other failed
+read (a reply over the client's bound, a refusal by the ACL): the server keeps serving.
 
 Several signals of a lane read together are one call of ``notify`` (the latest version):
 a resource update is a level trigger, "read it again".
@@ -36,7 +37,7 @@ from anyio.abc import TaskGroup
 from redis import exceptions as redis_exc
 
 from signals.core.signing import Signer
-from signals.errors import CorruptDataError, VerifyError
+from signals.errors import CorruptDataError, VerifyError, WmSignalsError
 from signals.streams.backoff import full_jitter
 from signals.streams.client import Client
 from signals.streams.keys import Keys
@@ -45,7 +46,6 @@ from signals.streams.replay import decode_entry, xrange_entries, xread_streams
 __all__ = ("PROBE_INTERVAL_S", "SignalWatch", "TooManyLanesError")
 
 log = structlog.get_logger(__name__)
-_TRANSIENT = (redis_exc.ConnectionError, redis_exc.TimeoutError)
 #: How often a parked lane (its key not a stream) is probed again, in seconds.
 PROBE_INTERVAL_S = 10.0
 
@@ -88,14 +88,15 @@ class SignalWatch:
         notify: called with ``(lane, version)`` for each lane with new signals.
         cluster: group lanes by partition (Redis Cluster).
         signer: when set, only entries with a valid MAC count.
-        block_ms: how long one read blocks.
+        block_ms: how long one read blocks (under the client's socket timeout: redis-py's is 5 s).
         count: entries read per stream per read.
         max_lanes: lanes watched at most (:class:`TooManyLanesError` past it).
+        probe_interval_s: how often a parked lane is probed again.
     """
 
     def __init__(self, redis: Client, keys: Keys, notify: Notify, *, cluster: bool = False,
-                 signer: Signer | None = None, block_ms: int = 5000, count: int = 16,
-                 max_lanes: int = 10_000) -> None:
+                 signer: Signer | None = None, block_ms: int = 2000, count: int = 8,
+                 max_lanes: int = 10_000, probe_interval_s: float = PROBE_INTERVAL_S) -> None:
         self.redis = redis
         self.keys = keys
         self.notify = notify
@@ -104,6 +105,7 @@ class SignalWatch:
         self.block_ms = block_ms
         self.count = count
         self.max_lanes = max_lanes
+        self.probe_interval_s = probe_interval_s
         self._refs: dict[str, int] = {}
         self._groups: dict[int, _Group] = {}
         self._joining: dict[str, anyio.Event] = {}
@@ -182,24 +184,25 @@ class SignalWatch:
     def _group_of(self, lane: str) -> _Group:
         return self._groups.get(self.keys.partition(lane) if self.cluster else 0) or _Group()
 
-    async def _last_id(self, lane: str) -> str | None:
+    async def _last_id(self, lane: str, *, quiet: bool = False) -> str | None:
         """The id of the lane's last signal entry (``0-0``: none yet); ``None`` when its key
-        is not a stream (the lane is parked)."""
+        is not a stream (the lane is parked: logged unless ``quiet``)."""
         try:
             entries = await xrange_entries(self.redis, self.keys.signals(lane), count=1, newest_first=True)
         except CorruptDataError as e:
-            log.warning("mcp.lane_parked", lane=lane, error=str(e))
+            if not quiet:
+                log.warning("mcp.lane_parked", lane=lane, error=str(e))
             return None
         return entries[0][0] if entries else "0-0"
 
     async def _read_loop(self, group: _Group) -> None:
         attempt = 0
         while True:
-            if group.parked and time.monotonic() - group.probed_at >= PROBE_INTERVAL_S:
+            if group.parked and time.monotonic() - group.probed_at >= self.probe_interval_s:
                 await self._probe_parked(group)
             if not group.cursors:
                 group.wake = anyio.Event()
-                with anyio.move_on_after(PROBE_INTERVAL_S if group.parked else None):
+                with anyio.move_on_after(self.probe_interval_s if group.parked else None):
                     await group.wake.wait()
                 continue
             streams = {self.keys.signals(lane): cursor for lane, cursor in group.cursors.items()}
@@ -211,38 +214,47 @@ class SignalWatch:
                 try:
                     reply = await xread_streams(self.redis, streams, count=self.count, block=self.block_ms)
                     attempt = 0
-                except _TRANSIENT as e:
-                    delay = full_jitter(attempt, first_s=0.05, cap_s=5.0)
-                    attempt += 1
-                    log.warning("mcp.watch_retry", error=str(e), retry_in_s=round(delay, 3))
-                    await anyio.sleep(delay)
                 except redis_exc.ResponseError as e:
-                    if not str(e).startswith("WRONGTYPE"):
-                        raise
-                    group.probed_at = 0.0
-                    await self._park_bad(group)
+                    if str(e).startswith("WRONGTYPE"):
+                        await self._park_bad(group)
+                    else:  # refused (an ACL without XREAD on signal streams, say): said, and retried
+                        attempt = await self._back_off(attempt, e, level="error")
+                except (redis_exc.RedisError, WmSignalsError) as e:  # unreachable, or a reply over the bound
+                    attempt = await self._back_off(attempt, e)
                 finally:
                     group.reading = None
             if reply:
                 await self._deliver(group, lanes, reply)
 
+    @staticmethod
+    async def _back_off(attempt: int, error: Exception, *, level: str = "warning") -> int:
+        """Log a failed read and wait before the next (full jitter, up to 5 s); the next attempt's number."""
+        delay = full_jitter(attempt, first_s=0.05, cap_s=5.0)
+        getattr(log, level)("mcp.watch_retry", error=str(error)[:300], retry_in_s=round(delay, 3))
+        await anyio.sleep(delay)
+        return attempt + 1
+
     async def _park_bad(self, group: _Group) -> None:
         """Find the lanes whose key is not a stream (XREAD does not say which) and park them."""
-        for lane in list(group.cursors):
-            if await self._last_id(lane) is None:
-                group.cursors.pop(lane, None)
-                group.parked.add(lane)
+        try:
+            for lane in list(group.cursors):
+                if await self._last_id(lane) is None:
+                    group.cursors.pop(lane, None)
+                    group.parked.add(lane)
+        except (redis_exc.RedisError, WmSignalsError) as e:
+            await self._back_off(0, e)
 
     async def _probe_parked(self, group: _Group) -> None:
         group.probed_at = time.monotonic()
         for lane in list(group.parked):
             try:
-                cursor = await self._last_id(lane)
-            except _TRANSIENT:
+                cursor = await self._last_id(lane, quiet=True)
+            except (redis_exc.RedisError, WmSignalsError) as e:
+                log.warning("mcp.watch_retry", error=str(e)[:300], lane=lane)
                 return
             if cursor is not None and lane in group.parked:
                 group.parked.discard(lane)
-                group.cursors[lane] = cursor
+                group.cursors[lane] = "0-0"  # the stream was made after the lane joined: all of it is new
                 log.info("mcp.lane_unparked", lane=lane)
 
     async def _deliver(self, group: _Group, lanes: dict[str, str], reply: dict[str, list[Any]]) -> None:
@@ -254,7 +266,7 @@ class SignalWatch:
             latest = 0
             for entry in entries:
                 if _stream_id(entry[0]) <= _stream_id(cursor):
-                    continue  # seen before the lane joined again
+                    continue  # seen before the lane joined again (entry ids come from Redis: ms-seq)
                 try:
                     latest = max(latest, decode_entry(lane, entry, signer=self.signer).version)
                 except VerifyError as e:

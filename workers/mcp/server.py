@@ -69,7 +69,7 @@ class Options:
 
     cluster: bool = False
     signer: Signer | None = None
-    block_ms: int = 5000
+    block_ms: int = 2000
     limits: Limits = field(default_factory=Limits)
 
 

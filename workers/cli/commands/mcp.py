@@ -51,7 +51,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         key = settings.signing_key_bytes()
         from signals.core.signing import Signer  # noqa: PLC0415
 
-        async with open_client(settings) as redis:
+        async with open_client(settings, bounded=True) as redis:  # one reply at most max_reply_bytes
             await run_mcp(redis, settings.keys(), config, cluster=settings.cluster,
                           signer=Signer(key) if key else None, durability=settings.durability())
         return 0
