@@ -4,6 +4,7 @@ what it refuses to let stop it (a key of another type, entries that are not sign
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
@@ -89,7 +90,8 @@ async def test_entries_that_are_not_signals_are_not_notified(redis: Redis, keys:
             await anyio.sleep(0.02)
             other = await redis.xrange(keys.signals("r:y"))
     await redis.xadd(keys.signals("r:x"), {"e": "junk"})
-    await redis.xadd(keys.signals("r:x"), other[0][1])  # r:y's signal, copied
+    fields: dict[Any, Any] = dict(other[0][1] or {})
+    await redis.xadd(keys.signals("r:x"), fields)  # r:y's signal, copied
     await anyio.sleep(0.5)
     assert seen.events == []
     await store.replace("x", "# x2")
