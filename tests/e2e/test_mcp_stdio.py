@@ -102,3 +102,18 @@ async def test_the_sdk_stdio_client_speaks_2026_to_the_process(redis_server: Red
         assert done.structured_content is not None and done.structured_content["lane"] == "t:chat-1"
         read = await client.read_resource("wm://thread/chat-1")
         assert read.contents[0].text.endswith("# chat plan</working-memory>")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["mcp"], "needs --resource"),
+    (["mcp", "--transport", "http", "--tokens-file", "/nonexistent/tokens.json"], "--tokens-file"),
+    (["mcp", "--resource", "a{b}"], "resource id"),
+])
+async def test_bad_flags_are_one_line_and_exit_2(redis_server: RedisServer, keys: Keys, args: list[str],
+                                                 needle: str) -> None:
+    """A combination that cannot run is refused before serving: exit 2, one line on stderr, nothing on stdout."""
+    proc = await anyio.run_process(wm_argv(redis_server.url, keys, *args), cwd=ROOT, check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+    assert proc.stdout == b""
