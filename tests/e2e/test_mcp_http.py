@@ -28,6 +28,7 @@ from tests.e2e.mcp_support import (
     cli,
     free_port,
     http_client,
+    log_of,
     spawn_mcp_http,
     stop,
     tokens_file,
@@ -45,8 +46,8 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 class Stack:
     """A worker process and two MCP replicas (a third in schema mode, for carol's JSON memory) on one namespace."""
 
-    def __init__(self, url: str, keys: Keys, ports: list[int]) -> None:
-        self.url, self.keys, self.ports = url, keys, ports
+    def __init__(self, url: str, keys: Keys, ports: list[int], procs: list[subprocess.Popen[bytes]]) -> None:
+        self.url, self.keys, self.ports, self.procs = url, keys, ports, procs
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
                 await wait_listening(proc, port)
 
         anyio.run(ready)
-        yield Stack(redis_server.url, keys, ports)
+        yield Stack(redis_server.url, keys, ports, procs[1:])
     finally:
         for proc in procs:
             stop(proc)
@@ -105,6 +106,9 @@ async def test_no_token_or_a_wrong_token_is_refused(stack: Stack) -> None:
             assert response.json()["error"] == "invalid_token"
         response = await http.post(url, json=body, headers={**headers, "Authorization": f"Bearer {ALICE}"})
         assert response.status_code == 200
+    refusals = [json.loads(line) for line in log_of(stack.procs[0]).splitlines() if '"mcp.refused"' in line]
+    assert {r["reason"] for r in refusals} >= {"no bearer token", "a bearer token this server does not know"}
+    assert not any("not-a-token-we-know" in line for line in log_of(stack.procs[0]).splitlines()), "no token logged"
     with pytest.raises(Exception):  # noqa: B017 - the SDK's client surfaces the 401 as its transport error
         async with http_client(stack.ports[0], "wrong-token-0000000000") as client:
             await client.list_tools()
