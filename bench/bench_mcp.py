@@ -47,6 +47,7 @@ from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from workers.mcp.uris import uri_of
 from workers.runtime.embedded import RedisServer
+from workers.runtime.logging import configure_logging
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token-0123456789abcdef"
@@ -206,6 +207,7 @@ async def _in_process(store: WorkingMemoryStore, calls: int) -> dict[str, list[f
 
 def run(rate: float = 50.0, seconds: float = 10.0, threads: int = 50, calls: int = 300) -> dict[str, Any]:
     """Start Redis, a worker and an MCP server; measure; stop them."""
+    configure_logging("console", "warning")  # the in-process server's events must not interleave with the table
     keys = Keys(namespace="bm" + uuid.uuid4().hex[:8], partitions=16)
     with RedisServer() as server, tempfile.TemporaryDirectory() as tmp:
         tokens = Path(tmp) / "tokens.json"

@@ -48,7 +48,7 @@ async def test_stdio_writes_only_protocol_frames(redis_server: RedisServer, keys
     """Handshake, tools, a subscription and its notification over stdio; stdout holds JSON-RPC lines only."""
     url = redis_server.url
     worker = spawn_worker(url, keys, "w-stdio")
-    env = {**os.environ, "WM_SIGNALS_LOG_LEVEL": "info", "WM_SIGNALS_LOG_FORMAT": "json"}
+    env = {**os.environ, "WM_SIGNALS_LOG_LEVEL": "debug", "WM_SIGNALS_LOG_FORMAT": "json"}  # every event logs
     seen: list[bytes] = []
     try:
         await wait_ready(worker)
@@ -87,7 +87,8 @@ async def test_stdio_writes_only_protocol_frames(redis_server: RedisServer, keys
     frames = seen + [line for line in rest.split(b"\n") if line]
     for frame in frames:
         assert json.loads(frame)["jsonrpc"] == "2.0", frame
-    assert "mcp.serving" in stderr and "mcp.written" in stderr, "log events go to stderr"
+    assert all(event in stderr for event in ("mcp.serving", "mcp.written", "mcp.subscribed", "mcp.notified")), \
+        "log events go to stderr"
 
 
 async def test_the_sdk_stdio_client_speaks_2026_to_the_process(redis_server: RedisServer) -> None:

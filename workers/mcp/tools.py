@@ -207,7 +207,7 @@ class Tools:
         else:
             raise InvalidInputError("memory must be a string: this server keeps Markdown working memory (template "
                                     "mode), the whole document")
-        log.info("mcp.written", resource=caller.resource_id, thread=thread_id, version=version)
+        log.debug("mcp.written", resource=caller.resource_id, thread=thread_id, version=version)
         return _result({"success": True, "lane": lane_id(scope, resource_id, thread_id), "version": version})
 
     async def _history(self, resource_id: str, thread_id: str | None, limit: int) -> CallToolResult:
