@@ -30,7 +30,9 @@ from signals.core.memory import json_schema_of
 from signals.core.signing import Signer
 from signals.errors import (
     ConflictError,
+    CorruptDataError,
     InvalidInputError,
+    RedisUnavailableError,
     SchemaValidationError,
     ThreadOwnerError,
     WmSignalsError,
@@ -94,9 +96,13 @@ def _failure(error: Exception) -> CallToolResult:
         payload.update(kind="schema", fields=list(error.fields))
     elif isinstance(error, InvalidInputError):
         payload["kind"] = "invalid"
+    elif isinstance(error, CorruptDataError):
+        payload["kind"] = "corrupt"
+    elif isinstance(error, RedisUnavailableError):
+        payload["kind"] = "unavailable"
     elif isinstance(error, redis_exc.RedisError):
         payload.update(kind="unavailable", error=f"Redis: {error}")
-    else:
+    else:  # read-only, durability not reached
         payload["kind"] = "refused"
     return _result(payload, error=True)
 
