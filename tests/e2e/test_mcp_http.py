@@ -167,6 +167,9 @@ async def test_a_cli_write_reaches_both_generations_on_both_replicas(stack: Stac
         await _wait_for(messages, "wm://resource/alice", 2)
         version = await old.read_resource("wm://resource/alice/version")
         assert version.contents[0].text == str(_payload(await new.call_tool("get_working_memory", {}))["version"])  # type: ignore[union-attr]
+    with anyio.fail_after(15):  # the 2025 session ended: replica 1 watches none of its lanes any more
+        while '"lanes_watched": 0' not in log_of(stack.procs[0]):
+            await anyio.sleep(0.05)
 
 
 async def test_a_token_for_one_resource_reaches_nothing_of_another(stack: Stack, tmp_path: Path) -> None:

@@ -107,7 +107,8 @@ class _Subscriber:
             self.wake.set()
 
     async def send(self) -> None:
-        """Send what is waiting, until the connection closes."""
+        """Send what is waiting, until the connection closes. A failure to send ends this
+        connection's notifications (logged), never the server's other connections."""
         with self.scope:
             while True:
                 await self.wake.wait()
@@ -115,7 +116,12 @@ class _Subscriber:
                 while self.waiting:
                     uri = next(iter(self.waiting))
                     del self.waiting[uri]
-                    await self.connection.send_resource_updated(uri)
+                    try:
+                        await self.connection.send_resource_updated(uri)
+                    except Exception as e:  # noqa: BLE001 - one connection's transport must not end the server
+                        log.warning("mcp.notify_failed", resource=self.caller.resource_id, uri=uri, error=repr(e))
+                        self.closed = True
+                        return
 
 
 class Subscriptions:
@@ -207,8 +213,11 @@ class Subscriptions:
         """The connection closed: stop its sender, drop its subscriptions."""
         subscriber.closed = True
         subscriber.scope.cancel()
+        count = len(subscriber.uris)
         for uri in list(subscriber.uris):
             self._drop(subscriber, uri)
+        log.info("mcp.subscriptions_dropped", resource=subscriber.caller.resource_id, uris=count,
+                 lanes_watched=self.watch.lanes if self.watch is not None else 0)
 
     def _release(self, lane: str) -> None:
         if self.watch is not None:
