@@ -14,13 +14,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import jsonschema
+import pydantic
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ResourceUpdatedNotification
 from redis.asyncio import Redis
 
-from signals.core.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig
+from signals.core.memory import DEFAULT_TEMPLATE, Schema, WorkingMemoryConfig
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers
@@ -36,7 +38,7 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
                                             "tags": {"type": "array", "items": {"type": "string"}}}}
 
 
-def _server(redis: Redis, keys: Keys, *, schema: dict[str, Any] | None = None, limits: Limits | None = None,
+def _server(redis: Redis, keys: Keys, *, schema: Schema | None = None, limits: Limits | None = None,
             max_bytes: int = 65536) -> Any:
     store = WorkingMemoryStore(redis, keys=keys, config=WorkingMemoryConfig(schema=schema, max_bytes=max_bytes))
     return build_server(store, caller=Caller("alice"), options=Options(block_ms=500, limits=limits or Limits()))
@@ -111,6 +113,26 @@ async def test_json_merge_null_delete_and_schema_error(redis: Redis, keys: Keys)
         text = await client.call_tool("set_working_memory", {"memory": '{"name": "Al"}'})
         assert _payload(text)["version"] == 3, "JSON text merges too"
     assert json.loads(await redis.hget(keys.doc("r:alice"), "data") or "") == {"name": "Al", "tags": ["c"]}
+
+
+async def test_a_pydantic_schema_with_references_keeps_them_resolvable(redis: Redis, keys: Keys) -> None:
+    """A schema whose fields reference $defs (a nested pydantic model) keeps them at the input schema's root."""
+
+    class Place(pydantic.BaseModel):
+        city: str
+
+    class Profile(pydantic.BaseModel):
+        name: str | None = None
+        home: Place | None = None
+
+    async with Client(_server(redis, keys, schema=Profile)) as client:
+        tool = next(t for t in (await client.list_tools()).tools if t.name == "set_working_memory")
+        assert "Place" in tool.input_schema["$defs"]
+        jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+        assert jsonschema.Draft202012Validator(tool.input_schema).is_valid({"memory": {"home": {"city": "Oslo"}}})
+        done = _payload(await client.call_tool("set_working_memory", {"memory": {"home": {"city": "Oslo"}}}))
+        bad = await client.call_tool("set_working_memory", {"memory": {"home": {"city": 5}}})
+    assert done["version"] == 1 and bad.is_error and _payload(bad)["fields"] == ["home.city"]
 
 
 async def test_bad_input_to_every_tool_and_resource_is_an_error_result(redis: Redis, keys: Keys) -> None:

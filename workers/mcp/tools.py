@@ -118,10 +118,15 @@ class Tools:
     def definitions(self) -> list[Tool]:
         """The tools, their input schemas following the store's mode."""
         config = self.store.config
+        shared: dict[str, Any] = {}
         if config.format == "json":
             assert config.schema is not None
             merge = dict(json_schema_of(config.schema))
             merge.pop("required", None)  # a merge names only what changes
+            merge.pop("$schema", None)
+            for key in ("$defs", "definitions"):  # "#/$defs/..." references resolve from the input schema's root
+                if key in merge:
+                    shared[key] = merge.pop(key)
             memory: dict[str, Any] = {**merge, "description": "The fields to add or change (deep-merged; null "
                                                                "deletes a field; arrays are replaced whole)."}
             what = "Merge a JSON object into"
@@ -136,11 +141,12 @@ class Tools:
             Tool(name=SET, description=f"{what} your working memory. Only for new or changed facts. "
                                        "expected_version makes it fail with a conflict unless the document is "
                                        "still at that version.",
-                 input_schema=_schema({"memory": memory,
-                                       "expected_version": {"type": "integer", "minimum": 0, "maximum": MAX_VERSION},
-                                       "idempotency_key": {**_ID, "description": "A retry with the same key "
-                                                                                 "applies once."}},
-                                      ("memory",)),
+                 input_schema={**_schema({"memory": memory,
+                                          "expected_version": {"type": "integer", "minimum": 0,
+                                                               "maximum": MAX_VERSION},
+                                          "idempotency_key": {**_ID, "description": "A retry with the same key "
+                                                                                    "applies once."}},
+                                         ("memory",)), **shared},
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)),
             Tool(name=HISTORY, description="The recent versions of your working memory (oldest first), as "
                                            "signalled to models.",
