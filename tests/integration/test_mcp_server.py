@@ -285,6 +285,34 @@ async def test_subscriptions_are_bounded_per_connection_and_per_caller(redis: Re
                     pass
 
 
+async def test_concurrent_subscriptions_of_one_connection_count_once(redis: Redis, keys: Keys) -> None:
+    """The same URI subscribed many times at once is one subscription (one watch reference); the
+    per-connection bound holds against concurrent requests too."""
+    limits = Limits(per_connection=2)
+    store = WorkingMemoryStore(redis, keys=keys)
+    for thread in ("t1", "t2", "t3"):
+        await store.create_thread(thread, "alice")
+    server = _server(redis, keys, limits=limits)
+    async with Client(server, mode="legacy") as old:
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(old.subscribe_resource, "wm://resource/alice")
+        refused: list[str] = []
+
+        async def subscribe(uri: str) -> None:
+            try:
+                await old.subscribe_resource(uri)
+            except MCPError as e:
+                refused.append(e.error.message)
+
+        async with anyio.create_task_group() as tg:
+            for thread in ("t1", "t2", "t3"):
+                tg.start_soon(subscribe, f"wm://thread/{thread}")
+        assert len(refused) == 2 and all("most it may hold" in m for m in refused)
+        await old.unsubscribe_resource("wm://resource/alice")
+        await old.subscribe_resource("wm://thread/t3")  # room again: the five were one
+
+
 async def test_the_sdk_still_gives_handlers_the_connection(redis: Redis, keys: Keys) -> None:
     """workers.mcp reaches the per-connection state through the session (see connection_of): a 2025
     subscription must land there, and be dropped when the connection closes."""

@@ -180,9 +180,14 @@ class Subscriptions:
             raise MCPError(INVALID_PARAMS, f"this connection has {self.limits.per_connection} subscriptions, the "
                                            "most it may hold: unsubscribe from one first")
         await self._acquire(target.lane)
-        if subscriber.closed:  # the connection closed while the lane's cursor was read
+        # checked again: the connection may have closed, or subscribed concurrently, while the cursor was read
+        if subscriber.closed or target.uri in subscriber.uris:
             self._release(target.lane)
             return EmptyResult()
+        if len(subscriber.uris) >= self.limits.per_connection:
+            self._release(target.lane)
+            raise MCPError(INVALID_PARAMS, f"this connection has {self.limits.per_connection} subscriptions, the "
+                                           "most it may hold: unsubscribe from one first")
         subscriber.uris[target.uri] = target.lane
         self._by_uri.setdefault(target.uri, set()).add(subscriber)
         log.info("mcp.subscribed", resource=caller.resource_id, uri=target.uri, style="resources/subscribe")
