@@ -37,7 +37,7 @@ from anyio.abc import TaskGroup
 from redis import exceptions as redis_exc
 
 from signals.core.signing import Signer
-from signals.errors import CorruptDataError, VerifyError, WmSignalsError
+from signals.errors import CorruptDataError, RedisUnavailableError, VerifyError, WmSignalsError
 from signals.streams.backoff import full_jitter
 from signals.streams.client import Client
 from signals.streams.keys import Keys
@@ -135,6 +135,7 @@ class SignalWatch:
 
         Raises:
             TooManyLanesError: ``max_lanes`` lanes are watched already.
+            RedisUnavailableError: another caller's first read of the lane, awaited here, failed.
             RuntimeError: :meth:`run` is not running.
         """
         if self._tg is None:
@@ -144,6 +145,10 @@ class SignalWatch:
             joining = self._joining.get(lane)
             if joining is not None:  # its cursor is being read: watched once that is done
                 await joining.wait()
+                group = self._group_of(lane)
+                if lane not in group.cursors and lane not in group.parked:  # that read failed
+                    self.release(lane)
+                    raise RedisUnavailableError(f"watching {lane}: its signal stream could not be read")
             return
         if len(self._refs) >= self.max_lanes:
             raise TooManyLanesError(f"this server already watches {self.max_lanes} lanes")
