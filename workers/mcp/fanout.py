@@ -145,8 +145,8 @@ class SignalWatch:
             joining = self._joining.get(lane)
             if joining is not None:  # its cursor is being read: watched once that is done
                 await joining.wait()
-                group = self._group_of(lane)
-                if lane not in group.cursors and lane not in group.parked:  # that read failed
+                joined_group = self._group_of(lane)
+                if lane not in joined_group.cursors and lane not in joined_group.parked:  # that read failed
                     self.release(lane)
                     raise RedisUnavailableError(f"watching {lane}: its signal stream could not be read")
             return
