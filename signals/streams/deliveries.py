@@ -48,7 +48,7 @@ from signals.streams.keys import Keys, validate_id
 from signals.streams.redis_errors import ids_exhausted
 from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
 
-__all__ = ("NO_WINDOW", "DeliveryLog", "ModelView")
+__all__ = ("NO_WINDOW", "DeliveryLog", "ModelView", "decode_record", "rebuild_texts")
 
 #: ``view_at(..., window=NO_WINDOW)``: the records that name no window (written before
 #: records named one). No window is named so (a name has at least one character).
@@ -112,7 +112,7 @@ class DeliveryLog:
 
     async def read(self, thread_id: str, *, from_step: int = 0, to_step: int | None = None) -> list[Delivery]:
         """The thread's retained deliveries in order, optionally within a step range, each
-        checked as :meth:`view_at` checks them (see :func:`_rebuilt`).
+        checked as :meth:`view_at` checks them (see :func:`rebuild_texts`).
 
         Raises:
             CorruptDataError: an entry is not a delivery record of this thread, or its text
@@ -120,7 +120,7 @@ class DeliveryLog:
         """
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
         records = await self._entries(thread_id, to_step=to_step)
-        _rebuilt(stream, records)
+        rebuild_texts(stream, records)
         return [record for _, record in records if record.step >= from_step]
 
     async def last_step(self, thread_id: str) -> int:
@@ -145,7 +145,7 @@ class DeliveryLog:
                     entries := await xrange_entries(self.redis, stream, end=end, count=count, newest_first=True)):
                 for entry in entries:
                     try:
-                        step = _decode(stream, thread_id, entry).step
+                        step = decode_record(stream, thread_id, entry).step
                     except CorruptDataError as e:
                         passed, problem = passed + 1, problem or str(e)
                         continue
@@ -167,7 +167,7 @@ class DeliveryLog:
         while True:
             entries = await xrange_entries(self.redis, stream, start=cursor, count=1000)
             for entry in entries:
-                record = _decode(stream, thread_id, entry)
+                record = decode_record(stream, thread_id, entry)
                 if record.step >= from_step and (to_step is None or record.step <= to_step):
                     out.append((entry[0], record))
             if len(entries) < 1000:
@@ -197,7 +197,7 @@ class DeliveryLog:
         if window not in (None, NO_WINDOW) and not (isinstance(window, str) and WINDOW_ID.fullmatch(window)):
             raise InvalidInputError(f"window is a window name (as replay --deliveries shows it), not {window!r}")
         records = await self._entries(thread_id, to_step=step)
-        texts, checked = _rebuilt(stream, records)  # every record checked: the texts are the lanes'
+        texts, checked = rebuild_texts(stream, records)  # every record checked: the texts are the lanes'
         if window is None:
             if not records:
                 return None
@@ -236,7 +236,7 @@ def _unknown_base(stream: str, entry_id: str, record: Delivery) -> CorruptDataEr
                             f"applies to version {_base(record)}, which no earlier record rebuilds")
 
 
-def _rebuilt(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[tuple[str, int], str], set[str]]:
+def rebuild_texts(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[tuple[str, int], str], set[str]]:
     """Check every record of a log (oldest first); return the texts they rebuild, by lane
     and version (one thread's log may hold the windows of several lanes: a profile agent
     and a plan agent), and the ids of the records checked. A snapshot's text must match its
@@ -281,7 +281,7 @@ def _apply(stream: str, entry_id: str, record: Delivery, prior: str) -> str:
         raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta does not apply: {e}") from e
 
 
-def _decode(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
+def decode_record(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
     """One delivery-log entry, checked; ``CorruptDataError`` names the entry and the problem."""
     entry_id, fields = entry
     where = f"delivery log {stream} entry {entry_id}"

@@ -31,6 +31,7 @@ from workers.cli.commands import deploy as deploy_commands
 from workers.cli.commands import memory as commands
 from workers.cli.commands import replay as replay_commands
 from workers.cli.commands import status as status_commands
+from workers.cli.commands import ui as ui_commands
 from workers.cli.commands import worker as worker_commands
 from workers.runtime.exits import EXIT_OK, report
 from workers.runtime.logging import configure_logging
@@ -124,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     status_commands.register(sub)
     deploy_commands.register(sub)
     mcp_commands.register(sub)
+    ui_commands.register(sub)
     parser.commands = dict(sub.choices)
     return parser
 

@@ -1,0 +1,188 @@
+"""A thread's delivery log as a paged timeline of model calls. Read-only.
+
+One :class:`Call` per model call of a window that added working-memory messages (the
+records of one window, lane and step): what it added, the version the window held after
+it, the text the model could rebuild then, and the same for the window's call before.
+The records are the ones ``replay --deliveries`` lists (:meth:`DeliveryLog.read`); the
+texts are rebuilt and checked by the delivery log's own fold
+(:func:`~signals.streams.deliveries.rebuild_texts`: every snapshot and delta checked
+against its cacheKey), and the version a window holds follows
+:meth:`~signals.streams.deliveries.DeliveryLog.view_at`'s rule (a snapshot sets it, a
+delta of a newer version advances it, a re-delivery of an older one changes nothing).
+
+A page is read newest first (XREVRANGE with COUNT); to rebuild its texts the reader goes
+further back only until every window on the page has a snapshot at or before its first
+record there (or the log's start), so a log of 10,000 records opens at the cost of its
+last chains, not of the whole log. What a window dropped is not in the log (an agent loop
+logs what it adds); a re-injection tells it: a fresh snapshot replaces the chain the
+window held, whose versions :attr:`Call.dropped` names.
+
+Nothing read is trusted: a record that is not one of this thread's, or a chain that does
+not rebuild, raises :class:`~signals.errors.CorruptDataError` naming the entry, as the
+log's other readers do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from signals.core.models import Delivery
+from signals.errors import CorruptDataError
+from signals.streams.client import Client
+from signals.streams.deliveries import NO_WINDOW, decode_record, rebuild_texts
+from signals.streams.keys import Keys, validate_id
+from signals.streams.replay import raw_command, xrange_entries
+
+__all__ = ("Call", "TimelinePage", "timeline_page")
+
+#: Records read per round trip while going back for the page's snapshots.
+_BACK_PAGE = 500
+#: At most this many records are read before the page (a log is bounded at 10,000 by default).
+_BACK_LIMIT = 100_000
+
+Record = tuple[str, Delivery]
+_Key = tuple[str, str]  # (window or NO_WINDOW, lane)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One model call that added messages to one window's lane.
+
+    ``version`` and ``text``: what the window held after the call (``text`` is ``None`` when
+    the records read do not rebuild it: its chain began before the log's retained records).
+    ``previous_version`` / ``previous_text``: the same after the window's call before
+    (``None``: the window's first call in the records read). ``dropped``: on a re-injection,
+    the versions of the chain the window held before (lowest, highest).
+    """
+
+    window: str | None
+    lane: str
+    step: int
+    at: str | None
+    records: tuple[Record, ...]
+    version: int | None
+    text: str | None
+    previous_version: int | None
+    previous_text: str | None
+    dropped: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePage:
+    """Calls newest first; ``older`` is the cursor of the next (older) page, ``None`` at the end."""
+
+    thread_id: str
+    calls: tuple[Call, ...]
+    older: str | None
+    length: int
+    read: int = field(default=0)
+    """How many records were read to rebuild the page (the page's and those before it)."""
+
+
+@dataclass(slots=True)
+class _Held:
+    version: int
+    low: int
+
+
+def _key(record: Delivery) -> _Key:
+    return (record.window or NO_WINDOW, record.lane)
+
+
+def _call_key(record: Delivery) -> tuple[str, str, int]:
+    return (record.window or NO_WINDOW, record.lane, record.step)
+
+
+def _cut(page: list[Record], next_older: Record | None) -> list[Record]:
+    """Leave out of a full page (newest first) the oldest call when the next record belongs to it too."""
+    if next_older is None:
+        return page
+    kept = [r for r in page if _call_key(r[1]) != _call_key(next_older[1])]
+    return kept or page
+
+
+def _covered(records: list[Record], page_ids: set[str]) -> bool:
+    """Whether every window of the page has a snapshot at or before its first record on the page
+    (``records`` oldest first)."""
+    snapshot: set[_Key] = set()
+    for entry_id, record in records:
+        if record.mode == "snapshot":
+            snapshot.add(_key(record))
+        if entry_id in page_ids and _key(record) not in snapshot:
+            return False
+    return True
+
+
+async def _read(redis: Client, keys: Keys, thread_id: str, end: str, count: int) -> list[Record]:
+    stream = keys.deliveries(thread_id)
+    try:
+        entries = await xrange_entries(redis, stream, end=end, count=count, newest_first=True)
+    except CorruptDataError as e:
+        raise CorruptDataError(f"delivery log {stream}: {e}") from e
+    return [(entry[0], decode_record(stream, thread_id, entry)) for entry in entries]
+
+
+async def timeline_page(redis: Client, keys: Keys, thread_id: str, *, before: str | None = None,
+                        count: int = 50) -> TimelinePage:
+    """The newest ``count`` records (about: whole calls) of the thread's log older than entry ``before``.
+
+    Raises:
+        InvalidInputError: ``thread_id`` is not a thread id.
+        CorruptDataError: a record that is not one of this thread's, or a chain that does
+            not rebuild (names the entry); the log's key is not a stream.
+    """
+    stream = keys.deliveries(validate_id(thread_id, "thread id"))
+    newest = await _read(redis, keys, thread_id, "+" if before is None else "(" + before, count + 1)
+    page = _cut(newest[:count], newest[count] if len(newest) > count else None)
+    older = page[-1][0] if len(newest) > count else None
+    length = int(await raw_command(redis, stream, ["XLEN", stream]))
+    records = page[::-1]  # oldest first from here on
+    page_ids = {entry_id for entry_id, _ in page}
+    read = 0
+    while records and not _covered(records, page_ids) and read < _BACK_LIMIT:
+        back = await _read(redis, keys, thread_id, "(" + records[0][0], _BACK_PAGE)
+        records = back[::-1] + records
+        read += len(back)
+        if len(back) < _BACK_PAGE:
+            break
+    texts, _ = rebuild_texts(stream, records)
+    calls = _fold(records, page_ids, texts)
+    return TimelinePage(thread_id, tuple(reversed(calls)), older, length, read + len(page))
+
+
+@dataclass(slots=True)
+class _Open:
+    """A call being folded: the window's version before it, its records, after it, and what it dropped."""
+
+    before: int | None
+    records: list[Record] = field(default_factory=list)
+    after: int = 0
+    dropped: tuple[int, int] | None = None
+
+
+def _fold(records: list[Record], page_ids: set[str], texts: dict[tuple[str, int], str]) -> list[Call]:
+    """The page's calls, oldest first, with what each window held before and after each."""
+    held: dict[_Key, _Held] = {}
+    calls: dict[tuple[str, str, int], _Open] = {}
+    for entry_id, record in records:
+        state = held.get(_key(record))
+        before = None if state is None else state.version
+        dropped = None
+        if record.mode == "snapshot":
+            if state is not None and record.reason == "reinject":
+                dropped = (state.low, state.version)
+            state = held[_key(record)] = _Held(record.version, record.version)
+        elif state is None:
+            state = held[_key(record)] = _Held(record.version, record.version)  # its chain began before the log
+        elif record.version > state.version:  # older: a re-delivery, which changes nothing
+            state.version = record.version
+        if entry_id not in page_ids:
+            continue
+        call = calls.setdefault(_call_key(record), _Open(before))
+        call.records.append((entry_id, record))
+        call.after = state.version
+        call.dropped = call.dropped or dropped
+    return [Call(window or None, lane, step, call.records[-1][1].at, tuple(call.records), call.after,
+                 texts.get((lane, call.after)), call.before,
+                 None if call.before is None else texts.get((lane, call.before)), call.dropped)
+            for (window, lane, step), call in calls.items()]

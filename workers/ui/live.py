@@ -1,0 +1,121 @@
+"""Live pages: server-sent events from the streams.
+
+A lane page listens on ``/live/lane``: the server reads the lane's signal stream after the
+newest entry the page showed (XREAD with BLOCK, one Redis connection per open page) and
+sends each batch as one ``signals`` event: the new rows and the document, rendered by the
+same escaped templates as the page, and the id to go on from (``id:``, so a browser that
+reconnects resumes with ``Last-Event-ID``). A thread page listens on ``/live/thread`` for
+its delivery log and gets the new calls' rows. Between batches a comment line keeps the
+connection open; at most :data:`~workers.ui.options.MAX_LIVE` pages are live at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+
+from signals.core.lane import is_stream_id
+from signals.errors import InvalidInputError, VerifyError
+from signals.streams.history import PageEntry
+from signals.streams.keys import validate_id
+from signals.streams.replay import decode_entry, xread_entries
+from signals.streams.verify import read_document_state
+from workers.ui.options import MAX_LIVE
+from workers.ui.render import render
+from workers.ui.views import call_key, check_lane, document_meta, read_thread
+
+__all__ = ("lane_events", "thread_events")
+
+
+def _after(request: Request) -> str:
+    after = request.headers.get("last-event-id") or request.query_params.get("after") or "0-0"
+    if not is_stream_id(after):
+        raise InvalidInputError(f"after is a stream entry id (<ms>-<seq>), not {after[:40]!r}")
+    return after
+
+
+def _event(name: str, last: str, payload: dict[str, Any]) -> str:
+    return f"event: {name}\nid: {last}\ndata: {json.dumps(payload, ensure_ascii=True)}\n\n"
+
+
+def _stream(request: Request, body: AsyncIterator[str]) -> Response:
+    state = request.app.state
+    if state.live >= MAX_LIVE:
+        return PlainTextResponse(f"{MAX_LIVE} live pages are open: reload later\n", status_code=503)
+
+    async def counted() -> AsyncIterator[str]:
+        state.live += 1
+        try:
+            yield "retry: 2000\n\n"
+            async for chunk in body:
+                yield chunk
+        finally:
+            state.live -= 1
+
+    return StreamingResponse(counted(), media_type="text/event-stream",
+                             headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+
+
+async def lane_events(request: Request) -> Response:
+    """The lane's new signals as they are committed."""
+    state = request.app.state
+    redis, keys, options = state.redis, state.keys, state.options
+    lane = check_lane(request.query_params.get("id", ""))
+    after = _after(request)
+
+    async def events() -> AsyncIterator[str]:
+        last = after
+        while True:
+            entries = await xread_entries(redis, keys.signals(lane), last, count=options.page,
+                                          block=options.live_block_ms)
+            if not entries:
+                yield ": keep-alive\n\n"
+                continue
+            last = entries[-1][0]
+            rows = []
+            for entry in reversed(entries):  # newest first, as the page lists them
+                try:
+                    rows.append(PageEntry(entry[0], decode_entry(lane, entry)))
+                except VerifyError as e:  # shown as a bad entry, as on the page
+                    rows.append(PageEntry(entry[0], None, str(e)))
+            document = await read_document_state(redis, keys, lane)
+            fmt, _ = await document_meta(redis, keys, lane)
+            length = await redis.xlen(keys.signals(lane))
+            yield _event("signals", last, {
+                "rows": render("_signal_rows.html", rows=rows, lane=lane),
+                "document": render("_document.html", document=document, format=fmt),
+                "version": document.version, "length": length,
+            })
+
+    return _stream(request, events())
+
+
+async def thread_events(request: Request) -> Response:
+    """The thread's new model calls as the agent loop logs them."""
+    state = request.app.state
+    redis, keys, options = state.redis, state.keys, state.options
+    thread_id = validate_id(request.query_params.get("id", ""), "thread id")
+    after = _after(request)
+
+    async def events() -> AsyncIterator[str]:
+        last = after
+        while True:
+            entries = await xread_entries(redis, keys.deliveries(thread_id), last, count=options.page,
+                                          block=options.live_block_ms)
+            if not entries:
+                yield ": keep-alive\n\n"
+                continue
+            fresh = {entry[0] for entry in entries}
+            view = await read_thread(redis, keys, thread_id, before=None, count=len(entries) + options.page)
+            calls = [c for c in view.page.calls if any(entry_id in fresh for entry_id, _ in c.records)]
+            last = entries[-1][0]
+            yield _event("calls", last, {
+                "rows": render("_call_rows.html", calls=calls, view=view, call_key=call_key),
+                "length": view.page.length,
+            })
+
+    return _stream(request, events())
