@@ -111,7 +111,8 @@ def _timeline(browser: Any, url: str) -> list[dict[str, Any]]:
                                 "window": call.get_attribute("data-window"),
                                 "held": call.get_attribute("data-version"), "text": text,
                                 "version": int(record.get_attribute("data-record-version")),
-                                "mode": record.get_attribute("data-mode"), "reason": record.get_attribute("data-reason"),
+                                "mode": record.get_attribute("data-mode"),
+                                "reason": record.get_attribute("data-reason"),
                                 "contents": record.find_element(By.CSS_SELECTOR, ".record-contents")
                                 .get_attribute("textContent")})
         older = browser.find_elements(By.ID, "older")
