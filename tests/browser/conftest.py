@@ -33,7 +33,7 @@ from signals.streams.history import first_signal
 from signals.streams.progress import wait_caught_up
 from tests.browser.scenario import scripted_run
 from tests.integration.helpers import spawn_worker, wait_ready
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 ROOT = Path(__file__).parents[2]
 CHROMIUM = os.environ.get("WM_SIGNALS_CHROMIUM", "/usr/bin/chromium")

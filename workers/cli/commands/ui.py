@@ -39,7 +39,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
         async with open_client(settings) as redis:
             mode = "operator mode" if options.operator else "read-only"
             host = f"[{options.host}]" if ":" in options.host else options.host
-            print(f"wm-signals ui: serving namespace {settings.namespace} on http://{host}:{options.port}/ "  # noqa: T201
+            print(f"wm-signals ui: serving namespace {settings.namespace} on http://{host}:{options.port}/ "
                   f"({mode}{', token required' if token else ''}); Ctrl-C stops", file=sys.stderr, flush=True)
             await serve(redis, settings.keys(), options)
         return 0
