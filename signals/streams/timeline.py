@@ -11,8 +11,8 @@ against its cacheKey), and the version a window holds follows
 delta of a newer version advances it, a re-delivery of an older one changes nothing).
 
 A page is read newest first (XREVRANGE with COUNT); to rebuild its texts the reader goes
-further back only until every window on the page has a snapshot at or before its first
-record there (or the log's start), so a log of 10,000 records opens at the cost of its
+further back only until every window on the page has a snapshot before its first record
+there (or starts there, or the log's start is reached), so a log of 10,000 records opens at the cost of its
 last chains, not of the whole log. What a window dropped is not in the log (an agent loop
 logs what it adds); a re-injection tells it: a fresh snapshot replaces the chain the
 window held, whose versions :attr:`Call.dropped` names.
@@ -102,15 +102,17 @@ def _cut(page: list[Record], next_older: Record | None) -> list[Record]:
 
 
 def _covered(records: list[Record], page_ids: set[str]) -> bool:
-    """Whether every window of the page has a snapshot at or before its first record on the page
-    (``records`` oldest first)."""
+    """Whether the records read (oldest first, the page's last) rebuild what every window of the
+    page held before its first call there: a snapshot of that window before the page, unless
+    the window starts on the page (its first record there is its bootstrap snapshot)."""
     snapshot: set[_Key] = set()
+    first: dict[_Key, Delivery] = {}
     for entry_id, record in records:
-        if record.mode == "snapshot":
+        if entry_id in page_ids:
+            first.setdefault(_key(record), record)
+        elif record.mode == "snapshot":
             snapshot.add(_key(record))
-        if entry_id in page_ids and _key(record) not in snapshot:
-            return False
-    return True
+    return all(key in snapshot or record.reason == "bootstrap" for key, record in first.items())
 
 
 async def _read(redis: Client, keys: Keys, thread_id: str, end: str, count: int) -> list[Record]:
