@@ -35,8 +35,9 @@ from signals.streams.replay import raw_command, xrange_entries
 
 __all__ = ("Call", "TimelinePage", "timeline_page")
 
-#: Records read per round trip while going back for the page's snapshots.
-_BACK_PAGE = 500
+#: The most records one round trip reads while going back for the page's snapshots (the
+#: first reads twice the page, each next one twice the last).
+_BACK_PAGE = 2_000
 #: At most this many records are read before the page (a log is bounded at 10,000 by default).
 _BACK_LIMIT = 100_000
 
@@ -140,13 +141,14 @@ async def timeline_page(redis: Client, keys: Keys, thread_id: str, *, before: st
     length = int(await raw_command(redis, stream, ["XLEN", stream]))
     records = page[::-1]  # oldest first from here on
     page_ids = {entry_id for entry_id, _ in page}
-    read = 0
+    read, step = 0, 2 * count
     while records and not _covered(records, page_ids) and read < _BACK_LIMIT:
-        back = await _read(redis, keys, thread_id, "(" + records[0][0], _BACK_PAGE)
+        back = await _read(redis, keys, thread_id, "(" + records[0][0], step)
         records = back[::-1] + records
         read += len(back)
-        if len(back) < _BACK_PAGE:
+        if len(back) < step:
             break
+        step = min(2 * step, _BACK_PAGE)
     texts, _ = rebuild_texts(stream, records)
     calls = _fold(records, page_ids, texts)
     return TimelinePage(thread_id, tuple(reversed(calls)), older, length, read + len(page))

@@ -6,6 +6,7 @@ worker; the agent loop's model is scripted."""
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 from redis.asyncio import Redis
 
@@ -99,4 +100,4 @@ async def test_a_forged_record_is_named(redis: Redis, keys: Keys) -> None:
     entry_id = await redis.xadd(keys.deliveries("t9"), {"e": '{"threadId": "other"}'})
     with pytest.raises(CorruptDataError, match=entry_id):
         await timeline_page(redis, keys, "t9")
-    await anyio.sleep(0)
+    await anyio.lowlevel.checkpoint()
