@@ -17,6 +17,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from signals.core.signing import Signer
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError, VerifyError
 from signals.streams.keys import Keys
 from workers.ui import live, pages
@@ -36,8 +37,9 @@ def _error(status: int, title: str) -> Any:
     return handler
 
 
-def create_app(redis: Any, keys: Keys, options: UiOptions) -> Starlette:
-    """The UI over ``redis`` (a client of :func:`signals.connect`) for the namespace of ``keys``."""
+def create_app(redis: Any, keys: Keys, options: UiOptions, *, signer: Signer | None = None) -> Starlette:
+    """The UI over ``redis`` (a client of :func:`signals.connect`) for the namespace of ``keys``;
+    with ``signer``, a signal without a valid MAC is shown as a bad entry, never as a signal."""
     routes = [
         Route("/", pages.overview, name="overview"),
         Route("/search", pages.search_page, name="search"),
@@ -64,4 +66,5 @@ def create_app(redis: Any, keys: Keys, options: UiOptions) -> Starlette:
     app.state.keys = keys
     app.state.options = options
     app.state.live = 0
+    app.state.signer = signer
     return app

@@ -79,7 +79,7 @@ async def lane_events(request: Request) -> Response:
             rows = []
             for entry in reversed(entries):  # newest first, as the page lists them
                 try:
-                    rows.append(PageEntry(entry[0], decode_entry(lane, entry)))
+                    rows.append(PageEntry(entry[0], decode_entry(lane, entry, signer=state.signer)))
                 except VerifyError as e:  # shown as a bad entry, as on the page
                     rows.append(PageEntry(entry[0], None, str(e)))
             document = await read_document_state(redis, keys, lane)
@@ -110,7 +110,8 @@ async def thread_events(request: Request) -> Response:
                 yield ": keep-alive\n\n"
                 continue
             fresh = {entry[0] for entry in entries}
-            view = await read_thread(redis, keys, thread_id, before=None, count=len(entries) + options.page)
+            view = await read_thread(redis, keys, thread_id, before=None, count=len(entries) + options.page,
+                                     signer=state.signer)
             calls = [c for c in view.page.calls if any(entry_id in fresh for entry_id, _ in c.records)]
             last = entries[-1][0]
             yield _event("calls", last, {

@@ -87,7 +87,8 @@ async def lane(request: Request) -> Response:
     redis, keys, options = _ctx(request)
     lane_id = check_lane(_param(request, "id"))
     before = _cursor(request)
-    view = await read_lane(redis, keys, lane_id, before=before, count=options.page, retention=options.retention)
+    view = await read_lane(redis, keys, lane_id, before=before, count=options.page, retention=options.retention,
+                           signer=request.app.state.signer)
     return page(request, "lane.html", view=view, live=before is None)
 
 
@@ -97,7 +98,8 @@ async def diff(request: Request) -> Response:
     lane_id = check_lane(_param(request, "id"))
     a, b = _int(request, "a"), _int(request, "b")
     assert a is not None and b is not None
-    return page(request, "diff.html", view=await read_diff(redis, keys, lane_id, a, b))
+    return page(request, "diff.html", view=await read_diff(redis, keys, lane_id, a, b,
+                                                                signer=request.app.state.signer))
 
 
 async def thread(request: Request) -> Response:
@@ -105,7 +107,8 @@ async def thread(request: Request) -> Response:
     redis, keys, options = _ctx(request)
     thread_id = _param(request, "id")
     before = _cursor(request)
-    view = await read_thread(redis, keys, thread_id, before=before, count=options.page)
+    view = await read_thread(redis, keys, thread_id, before=before, count=options.page,
+                             signer=request.app.state.signer)
     return page(request, "thread.html", thread_id=thread_id, view=view, call_key=call_key, live=before is None)
 
 

@@ -1,6 +1,7 @@
 """The UI's guard, an ASGI middleware around every request.
 
-* **Headers** on every response: a Content-Security-Policy that allows only the app's own
+* **Headers** on every response: the server time (``Server-Timing: app;dur=<ms>``, request in
+  to response out), a Content-Security-Policy that allows only the app's own
   script, style and connections (no inline script or style, no frames, no other origin), no
   MIME sniffing, no referrer, no caching of pages.
 * **Host**: on a loopback bind a request must name a loopback host (``127.0.0.1``,
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import time
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
@@ -51,12 +53,15 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
+        started = time.perf_counter()
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in dict(_HEADERS)]
                 if not any(k.lower() == b"cache-control" for k, _ in headers):
                     headers.append((b"cache-control", b"no-store"))
-                message["headers"] = headers + _HEADERS
+                took = (time.perf_counter() - started) * 1000
+                message["headers"] = [*headers, *_HEADERS, (b"server-timing", f"app;dur={took:.1f}".encode())]
             await send(message)
 
         refusal = self._refusal(scope)

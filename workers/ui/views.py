@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from signals.core.diff import unified_patch
 from signals.core.retention import Retention
+from signals.core.signing import Signer
 from signals.errors import InvalidInputError, VerifyError
 from signals.streams.client import Client
 from signals.streams.history import PageEntry, SignalPage, first_signal, signal_page, version_texts
@@ -71,20 +72,20 @@ async def document_meta(redis: Client, keys: Keys, lane: str) -> tuple[str | Non
 
 
 async def read_lane(redis: Client, keys: Keys, lane: str, *, before: str | None, count: int,
-                    retention: Retention | None) -> LaneView:
+                    retention: Retention | None, signer: Signer | None = None) -> LaneView:
     """The lane page: the signals are read before the document, as :func:`check_document` needs."""
     check_lane(lane)
-    page = await signal_page(redis, keys, lane, before=before, count=count)
-    first = await first_signal(redis, keys, lane)
+    page = await signal_page(redis, keys, lane, before=before, count=count, signer=signer)
+    first = await first_signal(redis, keys, lane, signer=signer)
     state = await read_document_state(redis, keys, lane)
     fmt, updated = await document_meta(redis, keys, lane)
-    newest = await signal_page(redis, keys, lane, count=1) if before is not None else page
+    newest = await signal_page(redis, keys, lane, count=1, signer=signer) if before is not None else page
     note, ok = "no signal retained", None
     top = newest.entries[0] if newest.entries else None
     if top is not None and top.signal is not None:
         try:
             version = top.signal.version
-            latest = (await version_texts(redis, keys, lane, version, version))[version]
+            latest = (await version_texts(redis, keys, lane, version, version, signer=signer))[version]
             note, ok = check_document(latest, state), True
         except (VerifyError, KeyError) as e:
             note, ok = f"does not check: {e}", False
@@ -107,14 +108,15 @@ class DiffView:
     problem: str | None
 
 
-async def read_diff(redis: Client, keys: Keys, lane: str, a: int, b: int) -> DiffView:
+async def read_diff(redis: Client, keys: Keys, lane: str, a: int, b: int, *,
+                    signer: Signer | None = None) -> DiffView:
     """The texts of versions ``a`` and ``b`` (either order) and the diff from the older one."""
     check_lane(lane)
     low, high = min(a, b), max(a, b)
     if low < 1:
         raise InvalidInputError(f"versions start at 1, not {low}")
     try:
-        texts = await version_texts(redis, keys, lane, low, high)
+        texts = await version_texts(redis, keys, lane, low, high, signer=signer)
     except VerifyError as e:
         return DiffView(lane, low, high, None, None, None, f"the lane's history does not check: {e}")
     old, new = texts.get(low), texts.get(high)
@@ -148,7 +150,8 @@ def call_key(call: Call) -> tuple[str | None, int, str]:
     return (call.window, call.step, call.lane)
 
 
-async def _lane_texts(redis: Client, keys: Keys, lane: str, versions: set[int]) -> dict[int, str] | str:
+async def _lane_texts(redis: Client, keys: Keys, lane: str, versions: set[int],
+                      signer: Signer | None) -> dict[int, str] | str:
     """The lane history's text of each version (absent: not retained), or what is wrong with the history."""
     out: dict[int, str] = {}
     try:
@@ -156,7 +159,7 @@ async def _lane_texts(redis: Client, keys: Keys, lane: str, versions: set[int]) 
         while ordered:
             low = ordered[0]
             span = [v for v in ordered if v - low <= _VERIFY_SPAN]
-            texts = await version_texts(redis, keys, lane, low, span[-1])
+            texts = await version_texts(redis, keys, lane, low, span[-1], signer=signer)
             out.update({v: texts[v].value for v in span if v in texts})
             ordered = ordered[len(span):]
     except VerifyError as e:
@@ -176,14 +179,15 @@ def _badge(call: Call, history: dict[int, str] | str) -> Badge:
     return Badge("ok", f"matches the lane's version {call.version}")
 
 
-async def read_thread(redis: Client, keys: Keys, thread_id: str, *, before: str | None, count: int) -> ThreadView:
+async def read_thread(redis: Client, keys: Keys, thread_id: str, *, before: str | None, count: int,
+                      signer: Signer | None = None) -> ThreadView:
     """A page of the thread's timeline with each call's diff from the call before and its badge."""
     page = await timeline_page(redis, keys, thread_id, before=before, count=count)
     wanted: dict[str, set[int]] = defaultdict(set)
     for call in page.calls:
         if call.version is not None:
             wanted[call.lane].add(call.version)
-    histories = {lane: await _lane_texts(redis, keys, lane, versions) for lane, versions in wanted.items()}
+    histories = {lane: await _lane_texts(redis, keys, lane, versions, signer) for lane, versions in wanted.items()}
     diffs: dict[tuple[str | None, int, str], str | None] = {}
     badges: dict[tuple[str | None, int, str], Badge] = {}
     for call in page.calls:

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from signals.core.retention import Retention
+from signals.core.signing import Signer
 from signals.errors import InvalidInputError
 from workers.cli.args import add_common_args, run_async, settings_from
 from workers.runtime.connect import open_client
@@ -32,6 +33,8 @@ def _cmd_ui(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"wm-signals ui needs the ui extra (pip install 'wm-signals[ui]'): {e}") from e
     settings = settings_from(args)
     token = args.token or os.environ.get(TOKEN_VARIABLE) or None
+    key = settings.signing_key_bytes()
+    signer = Signer(key) if key else None
     options = UiOptions(host=args.host, port=args.port, token=token, operator=args.operator, page=args.page,
                         retention=Retention.of(settings.retain_signals, settings.retain_age))
 
@@ -41,7 +44,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
             host = f"[{options.host}]" if ":" in options.host else options.host
             print(f"wm-signals ui: serving namespace {settings.namespace} on http://{host}:{options.port}/ "
                   f"({mode}{', token required' if token else ''}); Ctrl-C stops", file=sys.stderr, flush=True)
-            await serve(redis, settings.keys(), options)
+            await serve(redis, settings.keys(), options, signer=signer)
         return 0
 
     return run_async(main)
