@@ -35,7 +35,7 @@ from typing import Any
 
 import anyio
 import httpx
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 from signals.core.codec import FIELD, encode_json
 from signals.core.lane import LaneOptions, LaneTracking, advance
@@ -60,7 +60,7 @@ async def _lane(redis: Any, keys: Keys, name: str, count: int) -> None:
     event = None
     while tracking.version < count:
         async with redis.pipeline(transaction=False) as pipe:
-            modes = []
+            modes: list[str] = []
             while tracking.version < count and len(modes) < 500:
                 lines[rng.randrange(len(lines))] = f"- fact changed {rng.randint(0, 10**9)}"
                 version += 1
@@ -182,7 +182,7 @@ def _rss_with_live_pages(base: str, pid: int, lane: str, pages: int) -> tuple[fl
             with anyio.fail_after(30):
                 await opened.wait()
             await anyio.sleep(1)
-            rss = process.memory_info().rss / 2**20
+            rss = float(process.memory_info().rss) / 2**20
             tg.cancel_scope.cancel()
         return rss
 
