@@ -189,8 +189,9 @@ def _rss_with_live_pages(base: str, pid: int, lane: str, pages: int) -> tuple[fl
     return idle, anyio.run(hold)
 
 
-def run(count: int = 10_000, repeat: int = 5) -> dict[str, Any]:
-    """Load, serve, measure; figures of the long pages beside the small ones'."""
+def run(count: int = 10_000, repeat: int = 5, *, browser: bool = True) -> dict[str, Any]:
+    """Load, serve, measure; figures of the long pages beside the small ones' (``browser``:
+    the rendered page in chromium too, where it is installed)."""
     with RedisServer() as server:
         keys = Keys("benchui", 16)
         anyio.run(_load, server.url, keys, count)
@@ -222,8 +223,8 @@ def run(count: int = 10_000, repeat: int = 5) -> dict[str, Any]:
                         runs = [_time(client, base + path) for _ in range(repeat)]
                         figures[size] = [statistics.median(r[i] for r in runs) for i in range(3)]
                     rows.append((page, long_path, figures))
-            rendered = _rendered(base, [p for _, long_path, small_path in pages for p in (long_path, small_path)],
-                                 repeat)
+            paths = [p for _, long_path, small_path in pages for p in (long_path, small_path)]
+            rendered = _rendered(base, paths, repeat) if browser else None
             idle, live = _rss_with_live_pages(base, proc.pid, "r:long", 10)
         finally:
             proc.terminate()
@@ -240,7 +241,7 @@ def table(result: dict[str, Any]) -> list[str]:
     rendered = result["rendered"] or {}
     for page, path, figures in result["rows"]:
         long, small = figures["long"], figures["small"]
-        shown = f"{rendered[path]:.0f}" if path in rendered else "n/a (no chromium)"
+        shown = f"{rendered[path]:.0f}" if path in rendered else "not measured (quick run, or no chromium)"
         lines.append(f"| {page} | {long[0]:.1f} | {long[1]:.1f} | {long[2]:.1f} | {shown} | {small[0]:.1f} | "
                      f"{long[0] / small[0]:.2f}x |")
     lines += ["", f"Server RSS: {result['rss_idle']:.1f} MiB idle, {result['rss_live']:.1f} MiB with 10 live lane "

@@ -170,6 +170,12 @@ def main() -> None:
     from bench import bench_adapters  # noqa: PLC0415 - imported here: the frameworks load only for this section
 
     bench_adapters.report(out, quick=q)
+    out()
+    from bench import bench_ui  # noqa: PLC0415 - imported here: the ui extra loads only for this section
+
+    for line in bench_ui.table(bench_ui.run(200 if q else 10_000, 1 if q else 5, browser=not q)):
+        out(line)
+    out()
     out(f"Total benchmark time: {time.perf_counter() - started:.0f} s.")
     if not q:
         Path(args.output).write_text("\n".join(lines) + "\n", encoding="utf-8")

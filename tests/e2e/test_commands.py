@@ -51,7 +51,7 @@ def test_benchmarks_run_on_tiny_inputs() -> None:
     proc = _run(["-m", "bench.run_all", "--quick"])
     assert proc.returncode == 0, proc.stderr
     for section in ("Delta computation", "Worker throughput", "latency", "replay --verify", "RSS", "Token economics",
-                    "Framework adapters"):
+                    "Framework adapters", "wm-signals ui"):
         assert section in proc.stdout
 
 
