@@ -191,16 +191,17 @@ _READER = Role((), {
 })
 
 _OPERATOR = Role(("requeue",), {
-    # inspect: lengths, groups, consumers, pending; dlq list/show/drop; read-only elsewhere
+    # inspect: lengths, groups, consumers, pending; dlq list/show/drop; read-only elsewhere (wm-signals ui too)
     "writes": R("xlen", "xrange", "xpending", "xinfo|groups", "xinfo|consumers", "xinfo|stream"),
     "dlq": RW("xrange", "xrevrange", "xlen", "xdel"),
     "lanes": R("scard", "sscan", "smembers"),
     "doc": R("hget", "hmget"),
     "trk": R("hget", "hmget"),
-    "sig": R("xrange", "xrevrange", "xlen"),
+    # XREAD: wm-signals ui's live lane and thread pages wait on these streams for new entries
+    "sig": R("xrange", "xrevrange", "xlen", "xread"),
     "snaps": R("lindex", "lrange", "llen"),
     "thread": R("hget"),
-    "dlv": R("xrange", "xrevrange", "xlen"),
+    "dlv": R("xrange", "xrevrange", "xlen", "xread"),
     "fails": R("hget", "hlen"),
     "config": R("hget"),
     "hb": R("get", "pttl"),  # worker --check, as a probe

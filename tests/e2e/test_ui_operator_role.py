@@ -1,0 +1,111 @@
+"""``wm-signals ui`` runs as the generated ``operator`` ACL user (the least privilege that serves
+it): every page, the search, a live page's first event, and a dead-letter drop in operator mode."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import anyio
+import pytest
+
+from signals.streams.acl import ROLES, acl_file
+from signals.streams.client import connect
+from signals.streams.keys import Keys
+from tests.browser.conftest import free_port
+from tests.browser.scenario import scripted_run
+from tests.integration.helpers import running_workers, wait_caught_up
+from workers.runtime.embedded import RedisServer
+
+pytestmark = pytest.mark.redis
+ROOT = Path(__file__).parents[2]
+KEYS = Keys("wm", 4)
+PASSWORDS = {role: secrets.token_hex(8) for role in ROLES}
+ADMIN = secrets.token_hex(8)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server with the generated users of namespace ``wm`` and an admin for the test."""
+    path = tmp_path_factory.mktemp("acl") / "users.acl"
+    path.write_text(acl_file(KEYS, PASSWORDS) + f"user admin on >{ADMIN} ~* &* +@all\n")
+    srv = RedisServer(extra=["--aclfile", str(path)]).start()
+    yield srv
+    srv.stop()
+
+
+async def _fill(port: int) -> None:
+    url = f"redis://admin:{ADMIN}@127.0.0.1:{port}/0"
+    redis = connect(url)
+    try:
+        async with running_workers(url, KEYS):
+            await scripted_run(redis, KEYS, "ada", "chat-1", turns=8, window=6)
+            await redis.xadd(KEYS.writes(0), {"e": "junk"})
+            await wait_caught_up(redis, KEYS)
+            with anyio.fail_after(30):
+                while not await redis.xlen(KEYS.dead_letters(0)):
+                    await anyio.sleep(0.05)
+    finally:
+        await redis.aclose()
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read().decode()
+
+
+def test_every_page_works_as_the_operator_user(server: RedisServer) -> None:
+    """Overview, search, lane, diff, thread, dead letters, a live page, a drop: no NOPERM anywhere."""
+    anyio.run(_fill, server.port)
+    port = free_port()
+    operator = f"redis://wm-operator:{PASSWORDS['operator']}@127.0.0.1:{server.port}/0"
+    proc = subprocess.Popen([sys.executable, "-m", "workers", "ui", "--redis-url", operator, "--namespace", "wm",
+                             "--partitions", "4", "--port", str(port), "--operator"], cwd=ROOT,
+                            env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                _get(base + "/static/ui.css")
+                break
+            except urllib.error.URLError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        for path in ("/", "/search?q=chat-1", f"/lane?id={quote('r:ada')}", f"/diff?id={quote('r:ada')}&a=1&b=2",
+                     "/thread?id=chat-1", "/deadletters"):
+            status, body = _get(base + path)
+            assert status == 200, (path, body[:500])
+            assert "NOPERM" not in body and "may not" not in body, path
+        dead_id = re.findall(r'data-id="([0-9]+-[0-9]+)"', _get(base + "/deadletters")[1])[0]
+        status, page = _get(f"{base}/deadletter?id={dead_id}&partition=0&confirm=drop")
+        assert status == 200, page[:500]
+        csrf = re.findall(r'name="csrf" value="([^"]+)"', page)[0]
+        form = f"id={dead_id}&partition=0&confirm=yes&csrf={csrf}".encode()
+        request = urllib.request.Request(f"{base}/deadletter/drop", data=form, headers={
+            "Content-Type": "application/x-www-form-urlencoded", "Origin": base})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert f"dead letter {dead_id} dropped" in response.read().decode()
+        assert dead_id not in _get(base + "/deadletters")[1]
+        with urllib.request.urlopen(f"{base}/live/lane?id={quote('r:ada')}&after=0-0",
+                                    timeout=30) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            lines = [response.readline()]
+            while lines[-1] and not lines[-1].startswith(b"event: signals"):
+                lines.append(response.readline())
+            assert lines[-1].startswith(b"event: signals"), lines  # an empty line: the stream ended
+    finally:
+        proc.terminate()
+        proc.wait(10)
