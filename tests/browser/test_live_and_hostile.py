@@ -10,7 +10,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from signals import connect
+from signals import AgentWorkingMemory, connect
 from signals.streams.store import WorkingMemoryStore
 from tests.browser.conftest import Pipeline, UiServer, browser_logs, console_problems
 from tests.browser.scenario import HOSTILE
@@ -88,3 +88,30 @@ def test_every_page_sends_a_strict_content_security_policy(browser: Any, pipelin
     WebDriverWait(browser, 5).until(lambda d: any("Content Security Policy" in e["message"]
                                                   for e in d.get_log("browser")))
     assert browser.execute_script("return window.__inline === undefined;") is True
+
+
+async def _new_window_call(pipeline: Pipeline) -> int:
+    """A new agent process on the thread makes one model call (its window's first snapshot)."""
+    redis = connect(pipeline.url)
+    try:
+        agent = AgentWorkingMemory(redis, pipeline.keys, resource_id=pipeline.resource, thread_id=pipeline.thread)
+        await agent.start()
+        result = await agent.before_model_call([])
+        assert [inj.reason for inj in result.add] == ["bootstrap"]
+        return result.step
+    finally:
+        await redis.aclose()
+
+
+def test_thread_page_updates_live_when_a_model_call_is_logged(browser: Any, pipeline: Pipeline,
+                                                              ui: UiServer) -> None:
+    """A model call logged while the thread page is open appears at its top without a reload."""
+    browser.get(f"{ui.url}/thread?id={quote(pipeline.thread)}")
+    WebDriverWait(browser, 10).until(lambda d: "connected" in d.find_element(By.ID, "live-status").text)
+    browser.execute_script("window.__sameDocument = 'yes';")
+    step = anyio.run(_new_window_call, pipeline)
+    WebDriverWait(browser, 20).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "#call-rows tr.call").get_attribute("data-step") == str(step))
+    top = browser.find_element(By.CSS_SELECTOR, "#call-rows tr.call")
+    assert top.find_element(By.CSS_SELECTOR, ".record").get_attribute("data-reason") == "bootstrap"
+    assert browser.execute_script("return window.__sameDocument;") == "yes"

@@ -6,7 +6,9 @@ sends each batch as one ``signals`` event: the new rows and the document, render
 same escaped templates as the page, and the id to go on from (``id:``, so a browser that
 reconnects resumes with ``Last-Event-ID``). A thread page listens on ``/live/thread`` for
 its delivery log and gets the new calls' rows. Between batches a comment line keeps the
-connection open; at most :data:`~workers.ui.options.MAX_LIVE` pages are live at once.
+connection open; at most :data:`~workers.ui.options.MAX_LIVE` pages are live at once. A read
+that fails (Redis away, a key of another type, a role without XREAD) ends the stream with a
+``problem`` event the page shows; the browser reconnects after two seconds.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import structlog
+from redis import exceptions as redis_exc
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from signals.core.lane import is_stream_id
-from signals.errors import InvalidInputError, VerifyError
+from signals.errors import InvalidInputError, VerifyError, WmSignalsError
 from signals.streams.history import PageEntry
 from signals.streams.keys import validate_id
 from signals.streams.replay import decode_entry, xread_entries
@@ -29,6 +33,8 @@ from workers.ui.render import render
 from workers.ui.views import call_key, check_lane, document_meta, read_thread
 
 __all__ = ("lane_events", "thread_events")
+
+log = structlog.get_logger(__name__)
 
 
 def _after(request: Request) -> str:
@@ -53,6 +59,9 @@ def _stream(request: Request, body: AsyncIterator[str]) -> Response:
             yield "retry: 2000\n\n"
             async for chunk in body:
                 yield chunk
+        except (WmSignalsError, redis_exc.RedisError) as e:  # said on the page; the browser retries
+            log.warning("ui.live_failed", path=request.url.path, error=str(e)[:300])
+            yield f"event: problem\ndata: {json.dumps({'message': str(e)[:500]})}\n\n"  # no id: resume as before
         finally:
             state.live -= 1
 

@@ -10,6 +10,9 @@
   function say(text) { if (status) { status.textContent = text; } }
   source.addEventListener("open", function () { say("live: connected"); });
   source.addEventListener("error", function () { say("live: reconnecting…"); });
+  source.addEventListener("problem", function (event) {
+    say("live: " + JSON.parse(event.data).message);
+  });
   source.addEventListener(body.getAttribute("data-event"), function (event) {
     var data = JSON.parse(event.data);
     body.insertAdjacentHTML("afterbegin", data.rows);
