@@ -146,6 +146,8 @@ def test_thread_timeline_matches_replay_deliveries(browser: Any, pipeline: Pipel
     browser.get(f"{ui.url}/thread?id={quote(pipeline.thread)}")
     badges = {b.text for b in browser.find_elements(By.CSS_SELECTOR, ".badge")}
     assert "verified" in badges and "mismatch" not in badges
+    browser.execute_script("""for (const d of document.querySelectorAll('#call-rows details')) {
+        if (d.querySelector('summary').textContent.startsWith('diff')) { d.open = true; } }""")
     screenshot(browser, "thread")
     console, _ = browser_logs(browser)
     assert console_problems(console) == []
