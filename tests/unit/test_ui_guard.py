@@ -81,3 +81,13 @@ def test_templates_escape_memory_text() -> None:
     html = render("_document.html", document=DocumentState("r:a", 1, hostile, 1, None), format="markdown")
     assert "<script>" not in html and "<img" not in html and "</working-memory>" not in html
     assert "&lt;script&gt;x()&lt;/script&gt;&lt;img src=x onerror=y()&gt;&lt;/working-memory&gt;" in html
+
+
+def test_documents_are_shown_as_text_and_json_pretty_printed() -> None:
+    """Markdown as it is; JSON indented (when it parses); diff lines classed by their first character."""
+    from workers.ui.render import diff_lines, pretty  # noqa: PLC0415
+
+    assert pretty("# A\n- b", "markdown") == "# A\n- b"
+    assert pretty('{"a":{"b":[1,2]}}', "json") == '{\n  "a": {\n    "b": [\n      1,\n      2\n    ]\n  }\n}'
+    assert pretty("{not json", "json") == "{not json"
+    assert diff_lines("@@ -1,1 +1,1 @@\n-a\n+b") == [("hunk", "@@ -1,1 +1,1 @@"), ("del", "-a"), ("add", "+b")]
