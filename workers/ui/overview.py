@@ -60,7 +60,7 @@ class Overview:
 
 
 def _instances(report: Report) -> list[str]:
-    """Heartbeat instances to look for: each consumer's name, the name it was numbered from
+    """Heartbeat instances to look for: each consumer's name, the base it is numbered from
     (``<base>-<i>`` under a supervisor, ``<host>-<pid>`` alone) and this host's name."""
     names = {socket.gethostname()}
     for partition in report.partitions:

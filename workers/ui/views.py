@@ -173,7 +173,7 @@ def _badge(call: Call, history: dict[int, str] | str) -> Badge:
     if isinstance(history, str):
         return Badge("bad", f"the lane's history does not check: {history}")
     if call.version not in history:
-        return Badge("unknown", f"the lane no longer retains version {call.version}")
+        return Badge("unknown", f"the lane does not retain version {call.version}")
     if history[call.version] != call.text:
         return Badge("bad", f"differs from the lane's version {call.version}")
     return Badge("ok", f"matches the lane's version {call.version}")
