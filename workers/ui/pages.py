@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hmac
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -74,11 +74,8 @@ async def search_page(request: Request) -> Response:
     redis, keys, _ = _ctx(request)
     query = request.query_params.get("q", "")
     found = await search(redis, keys, query)
-    if len(found) == 1:
-        target = found[0]
-        path = "/lane" if target.kind == "lane" else "/thread"
-        return RedirectResponse(request.url_for(path.strip("/")).include_query_params(id=target.target),
-                                status_code=303)
+    if len(found) == 1:  # a relative redirect: the Host header never chooses where it goes
+        return RedirectResponse(f"/{found[0].kind}?{urlencode({'id': found[0].target})}", status_code=303)
     return page(request, "search.html", query=query, found=found)
 
 
