@@ -63,6 +63,7 @@ class LaneView:
     retention: Retention | None
     latest_note: str
     latest_ok: bool | None
+    latest_version: int | None = None
 
 
 async def document_meta(redis: Client, keys: Keys, lane: str) -> tuple[str | None, str | None]:
@@ -92,7 +93,9 @@ async def read_lane(redis: Client, keys: Keys, lane: str, *, before: str | None,
     elif top is not None:
         note, ok = f"the newest entry is not a signal: {top.problem}", False
     start = trimmed_before([(first.entry_id, first.signal)]) if first is not None and first.signal else None
-    return LaneView(lane, keys.partition(lane), state, fmt, updated, page, first, start, retention, note, ok)
+    newest_version = top.signal.version if top is not None and top.signal is not None else None
+    return LaneView(lane, keys.partition(lane), state, fmt, updated, page, first, start, retention, note, ok,
+                    newest_version)
 
 
 @dataclass(frozen=True, slots=True)
