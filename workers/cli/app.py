@@ -26,8 +26,8 @@ from signals.core.simulate import run_scenario
 from signals.errors import InvalidInputError
 from workers.cli.args import read_text
 from workers.cli.commands import demo as demo_commands
-from workers.cli.commands import mcp as mcp_commands
 from workers.cli.commands import deploy as deploy_commands
+from workers.cli.commands import mcp as mcp_commands
 from workers.cli.commands import memory as commands
 from workers.cli.commands import replay as replay_commands
 from workers.cli.commands import status as status_commands
