@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(BIN)/wm-signals demo
 
 test: $(STAMP)
+	.ci/ensure-chromium
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
