@@ -28,6 +28,7 @@ from signals.core.simulate import run_scenario
 from signals.core.system_message import working_memory_system_message
 from signals.core.window import Injection
 from signals.errors import (
+    ConcurrentUseError,
     ConfigurationError,
     ConflictError,
     CorruptDataError,
@@ -76,6 +77,7 @@ __all__ = (
     "AgentWorkingMemory",
     "Attributes",
     "Client",
+    "ConcurrentUseError",
     "ConfigurationError",
     "ConflictError",
     "CorruptDataError",

@@ -19,7 +19,7 @@ read. The loop puts that message in place of the previous call's system message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,7 +34,7 @@ from signals.core.signing import Signer
 from signals.core.system_message import TemplateProvider, working_memory_system_message
 from signals.core.tokens import TokenCounter, approx_tokens
 from signals.core.window import Injection, StepResult, WindowTracker
-from signals.errors import CorruptDataError, InvalidInputError
+from signals.errors import ConcurrentUseError, CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.documents import Document
@@ -145,6 +145,7 @@ class AgentWorkingMemory:
         self._logged_key: str | None = None  # system-message delivery: the cacheKey last logged
         self._resumed = False  # steps numbered after the delivery log's last record (start or first call)
         self._resuming = anyio.Lock()
+        self._calling = False  # a before_model_call is running (a second one at once is refused)
 
     async def start(self) -> list[Materialised]:
         """Read the lane's current state (call once before the first model call).
@@ -165,9 +166,7 @@ class AgentWorkingMemory:
         await self._resume_steps()
         if self.delivery == "system-message":
             return []
-        items = await self.subscription.bootstrap()
-        self._offer(items)
-        return items
+        return await self._take(self.subscription.bootstrap())
 
     @property
     def last_step(self) -> int:
@@ -232,7 +231,16 @@ class AgentWorkingMemory:
             return []
         if self.thread_id is not None:  # at every read: a thread unowned at start may have been claimed since
             await self.store.check_owner(self.thread_id, self.resource_id)  # no round trip once it is ours
-        items = await self.subscription.catch_up(block_ms)
+        return await self._take(self.subscription.catch_up(block_ms))
+
+    async def _take(self, read: Awaitable[list[Materialised]]) -> list[Materialised]:
+        """Offer what a read of the subscription delivers to the window; when the
+        subscription restarted after a data loss (its generation changed), the window
+        starts again first (see :meth:`WindowTracker.restart`)."""
+        generation = self.subscription.generation
+        items = await read
+        if self.subscription.generation != generation:
+            self.window.restart()
         self._offer(items)
         return items
 
@@ -242,10 +250,30 @@ class AgentWorkingMemory:
         State signals: new signals, window check, the messages to add (and drop).
         System message: the whole working memory as ``system`` (``held_ids`` unused).
 
+        One call at a time: the object tracks one model's context window, so a call made
+        while another has not returned is refused
+        (:class:`~signals.errors.ConcurrentUseError`) rather than
+        serialised: the second call's ``held_ids`` could not include what the first adds,
+        so it would be given the same versions again. Concurrent model contexts (parallel
+        sub-agents) each need their own object.
+
         Raises:
             InvalidInputError: ``held_ids`` is not a collection of message ids (strings): a
                 bare id string was read as its characters, so the loop re-sent what it held.
+            ConcurrentUseError: another ``before_model_call`` of this object is running.
         """
+        if self._calling:
+            raise ConcurrentUseError(
+                f"before_model_call on lane {self.lane} while another call on this AgentWorkingMemory is running: "
+                "one object tracks one model's context window, whose calls come one after the other; give each "
+                "concurrent model context its own AgentWorkingMemory")
+        self._calling = True
+        try:
+            return await self._model_call(held_ids)
+        finally:
+            self._calling = False
+
+    async def _model_call(self, held_ids: Iterable[str]) -> ModelCallResult:
         await self._resume_steps()  # when start() was not called
         if self.delivery == "system-message":
             return await self._system_call()

@@ -17,6 +17,7 @@ The CLI maps the families to its exit codes itself (:mod:`workers.runtime.exits`
 from __future__ import annotations
 
 __all__ = (
+    "ConcurrentUseError",
     "ConfigurationError",
     "ConflictError",
     "CorruptDataError",
@@ -105,6 +106,13 @@ class ConfigurationError(WmSignalsError):
 class NamespaceMismatchError(ConfigurationError):
     """Raised when a process's settings disagree with those stored for its namespace (the
     partition count): it would address keys no other process reads."""
+
+
+class ConcurrentUseError(InvalidInputError):
+    """Raised when :meth:`~signals.agent.AgentWorkingMemory.before_model_call` is called while
+    another call of it on the same object has not returned: one object tracks one model's
+    context window, whose calls come one after the other, and two calls at once would each
+    add the same new version. Give each concurrent model context its own object."""
 
 
 class MissingDependencyError(ConfigurationError):

@@ -27,7 +27,7 @@ Format = Literal["markdown", "json"]
 Scope = Literal["resource", "thread"]
 Mode = Literal["snapshot", "delta"]
 PatchKind = Literal["unified-diff", "json-merge-patch"]
-Reason = Literal["bootstrap", "new", "reinject"]
+Reason = Literal["bootstrap", "new", "reinject", "reset"]
 """Why a working-memory message was put into a window: the first snapshot, new lane signals
 on an intact chain, or a fresh snapshot after the window lost its chain."""
 

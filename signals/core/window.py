@@ -15,7 +15,11 @@ ids of stale ones it may drop). The rules:
   to any held snapshot are reported as ``drop``: they cost tokens and would put their
   version into the window twice;
 * nothing is added when nothing changed. A version is never added while a copy of it
-  is held.
+  is held;
+* after the lane's history was lost (:meth:`WindowTracker.restart`: the subscription
+  restarted from the lane's current chain, whose versions may be lower than those held),
+  every message held is reported as ``drop`` (the memory it carries is no longer the
+  lane's) and the next addition is a snapshot of the latest version with reason ``reset``.
 
 **Coalesced catch-up.** When more than one lane version is missing after the held chain
 (a burst of writes between two model calls) and the latest is known, a tracker that
@@ -159,6 +163,7 @@ class WindowTracker:
     in every delivery-log record, so a thread's log tells the windows of successive
     processes apart (:meth:`signals.streams.deliveries.DeliveryLog.view_at`)."""
     _sent: int = 0  # the highest version delivered into this window so far
+    _restarted: bool = False  # the lane restarted since the last addition: the next one is a ``reset``
 
     def __post_init__(self) -> None:
         if self.coalesce not in (None, True, False):  # a string such as "false" is truthy
@@ -182,6 +187,16 @@ class WindowTracker:
         if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_RESUME_STEP:
             raise InvalidInputError(f"resume takes a step number from 0 to {MAX_RESUME_STEP}, not {step!r}")
         self._steps = max(self._steps, step)
+
+    def restart(self) -> None:
+        """Forget every lane version known and every message held: the lane's history was
+        lost and starts again (see :mod:`signals.streams.subscribe`). Held messages of this
+        tracker are reported as ``drop`` from the next step on (as any message of this lane
+        it does not hold); the next addition is a snapshot with reason ``reset``."""
+        self._injected.clear()
+        self._known.clear()
+        self._latest = 0
+        self._restarted = True
 
     def offer(self, signal: Signal, value: str) -> None:
         """Make a lane signal (with the full text after it) known to the tracker."""
@@ -263,11 +278,12 @@ class WindowTracker:
                 add, drop = [caught_up], off_chain
         if add is None:
             signal, value = self._known[latest]
-            reason: Reason = "reinject" if self._sent else "bootstrap"
+            reason: Reason = "reset" if self._restarted else "reinject" if self._sent else "bootstrap"
             add, drop = [self._build(step, signal, value, reason)], off_chain
         for v in [v for v in self._known if v < latest]:
             del self._known[v]
-        self._sent = max(self._sent, latest)
+        self._sent = latest if self._restarted else max(self._sent, latest)
+        self._restarted = False
         return StepResult(step, tuple(self._register(inj) for inj in add), stale + drop, self.window_id)
 
     def _not_ours(self, held: set[str]) -> tuple[str, ...]:

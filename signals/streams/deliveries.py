@@ -26,6 +26,10 @@ and two processes can overlap (a rolling redeploy, or two agents on one thread),
 number alone may belong to two windows. ``view_at`` answers for one window: the one
 asked for, else the window of the newest record at or before the step. Records written
 before windows were recorded name none and count as one window.
+
+A snapshot record with reason ``reset`` marks a lane whose history was lost and started
+again (:meth:`~signals.core.window.WindowTracker.restart`): its versions may be lower than
+the records before it, and nothing the window held before it counts for what follows.
 """
 
 from __future__ import annotations
@@ -210,7 +214,8 @@ class DeliveryLog:
         if snapshot is None:
             return None
         chain = records[snapshot:]
-        held = {r.version for _, r in records[: snapshot + 1]}  # what this window's model could rebuild
+        since = max((i for i, (_, r) in enumerate(records[: snapshot + 1]) if r.reason == "reset"), default=0)
+        held = {r.version for _, r in records[since: snapshot + 1]}  # what this window's model could rebuild
         version = chain[0][1].version
         for entry_id, record in chain[1:]:
             if entry_id not in checked:  # after a snapshot every record can be checked

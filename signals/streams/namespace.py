@@ -7,10 +7,19 @@ config hash (``<namespace>:config``): the first process that writes or works in 
 namespace records its own (``HSETNX``: a value, once set, is never changed by the
 library), and every process checks its value against the stored one before its first
 write, read or commit, refusing to go on with :class:`~signals.errors.NamespaceMismatchError`.
+
+The same hash holds the namespace's **epoch** (field ``epoch``): 32 random hex digits
+recorded once by the first process that records the settings, and never changed by the
+library. A namespace whose data is lost (``FLUSHALL``, a Redis restarted without
+persistence) loses its epoch with it, and the next writer or worker records a new one;
+a subscriber that finds a different epoch than the one it saw checks its lane's chain
+again (:mod:`signals.streams.subscribe`). Every role may read it (``HGET`` on the config
+key); writers and workers record it (``HSETNX``).
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import cast
 
 from redis import exceptions as redis_exc
@@ -19,7 +28,10 @@ from signals.errors import CorruptDataError, NamespaceMismatchError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 
-__all__ = ("NamespaceCheck", "check_namespace")
+__all__ = ("EPOCH_FIELD", "NamespaceCheck", "check_namespace", "read_epoch")
+
+#: The config hash field holding the namespace's epoch.
+EPOCH_FIELD = "epoch"
 
 
 async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> bool:
@@ -37,6 +49,8 @@ async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> 
         if stored is None and record:  # read first: a full (noeviction) Redis refuses HSETNX even as a no-op
             await redis.hsetnx(key, "partitions", keys.partitions)
             stored = cast(str | None, await redis.hget(key, "partitions"))
+        if record and await redis.hget(key, EPOCH_FIELD) is None:
+            await redis.hsetnx(key, EPOCH_FIELD, secrets.token_hex(16))
     except redis_exc.ResponseError as e:
         if "WRONGTYPE" not in str(e):
             raise
@@ -51,6 +65,21 @@ async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> 
             f"{keys.partitions}: start it with --partitions {stored} (WM_SIGNALS_PARTITIONS)"
         )
     return True
+
+
+async def read_epoch(redis: Client, keys: Keys) -> str | None:
+    """The namespace's epoch (``None``: none recorded, or the key is not a hash, or the value
+    is not the 32 hex digits the library records: nothing to compare)."""
+    try:
+        raw = await redis.hget(keys.config(), EPOCH_FIELD)
+    except redis_exc.ResponseError as e:
+        if "WRONGTYPE" not in str(e):
+            raise
+        return None
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+    if not isinstance(text, str) or len(text) != 32 or not all(c in "0123456789abcdef" for c in text):
+        return None
+    return text
 
 
 class NamespaceCheck:

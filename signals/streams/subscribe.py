@@ -19,7 +19,7 @@ only text it has verified and skips the rest with a warning log event
   ``lane`` field naming another lane, a version outside 1..2**53; with a
   :class:`~signals.core.signing.Signer`, a missing or wrong MAC) is skipped;
 * an entry whose version is not above the version held is skipped (versions delivered
-  only increase);
+  only increase, within one history of the lane: see below);
 * a snapshot whose cacheKey (or ``value``) does not match its contents is skipped;
 * a delta that does not chain onto the text held (its ``baseVersion`` is not the version
   held, it does not apply, or the result does not match its cacheKey) is dropped, and
@@ -27,6 +27,36 @@ only text it has verified and skips the rest with a warning log event
   the worker appends a fresh snapshot after any tail it did not write, and every K-th
   signal is a snapshot, so the subscriber recovers at the next one;
 * a signal key holding another type (WRONGTYPE) reads as an empty stream.
+
+**After a data loss the subscriber follows the truth.** A lane's history can be lost
+under a running subscriber: ``FLUSHALL``, a Redis restarted without persistence, an
+operator deleting the lane's keys. The workers then number the lane's versions from 1
+again, and a subscriber that only took versions above the one it held would deliver
+nothing until the new chain passed it. So the subscriber checks its chain again (it
+re-bootstraps, :meth:`Subscription.bootstrap`) whenever what it reads disagrees with
+what it holds:
+
+* an entry it verifies has a version at or below the one held (versions go back);
+* a delta skips versions, or does not chain onto the text held while the entry of the
+  version held is gone from the stream;
+* a read finds nothing and the stream's last entry is gone or older than the last entry
+  read (the stream was deleted, or recreated with older ids);
+* the namespace's epoch (:func:`signals.streams.namespace.read_epoch`, read at every poll)
+  differs from the one it saw.
+
+A re-bootstrap reads the lane's current chain from its last snapshot. When that chain
+holds the version held with the same cacheKey, or starts at a snapshot past it, nothing
+was lost and only the signals above it are delivered. Otherwise (the chain ends below the
+version held, holds another text at it, or the lane is empty) the subscriber **restarts**:
+it counts :attr:`Subscription.generation` up, logs ``subscribe.restarted`` (a warning)
+and delivers the current chain from its snapshot, whatever its versions: a consumer that
+keeps its own view (:class:`~signals.core.window.WindowTracker`) starts that view again
+when the generation changes. A replayed old entry (a genuine signal appended again) leaves
+the chain as it was and is skipped; only a rewrite of the snapshot list or stream by a
+worker's credentials could make a restart where none happened.
+
+Reads of one subscription are serialised (a lock): two tasks polling it each get distinct
+signals.
 
 Replay (:mod:`signals.streams.replay`) reports the same entries as errors instead. What these
 checks cannot catch is a forged entry that is well formed and self-consistent (right
@@ -52,7 +82,7 @@ from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailable
 from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.keys import Keys
-from signals.streams.namespace import NamespaceCheck
+from signals.streams.namespace import NamespaceCheck, read_epoch
 from signals.streams.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
 
 __all__ = ("Subscription",)
@@ -80,9 +110,13 @@ class Subscription:
             :mod:`signals.core.signing`); the others are skipped and logged.
 
     Attributes:
-        version: the last version delivered (0: none). It only increases.
+        version: the last version delivered (0: none). It only increases, except when the
+            subscription restarts after a data loss (see :attr:`generation`).
         value: the text after it, or ``None`` while waiting for a snapshot (nothing
             delivered yet, or a delta that did not chain was dropped).
+        generation: how many times the subscription restarted from the lane's current
+            chain after the lane's history was lost (see the module docstring); the
+            signals of a poll that restarted begin with the new chain's snapshot.
     """
 
     def __init__(self, redis: Client, keys: Keys, lane: str, *, block_ms: int = 5000,
@@ -98,8 +132,13 @@ class Subscription:
         self._namespace = NamespaceCheck(redis, keys)  # a count that differs would tail the wrong stream
         self.version = 0
         self.value: str | None = None
+        self.generation = 0
         self.refused = 0
         """How many entries this subscription has refused (each logged with its reason)."""
+        self._key: str | None = None  # the cacheKey of the version held (its text's)
+        self._held_id: str | None = None  # the entry id of the version held
+        self._epoch: str | None = None  # the namespace's epoch when last read
+        self._reading = anyio.Lock()
 
     async def _last_snapshot_id(self) -> str:
         """The last retained snapshot's entry id (a hint the worker keeps), else ``-``."""
@@ -166,19 +205,34 @@ class Subscription:
         """Read the current chain (last snapshot onwards, or ``from_start`` all retained,
         from the oldest retained snapshot) and rebuild it.
 
-        Returns the signals delivered, only those above the version already held (a
-        re-bootstrap never repeats a version).
+        Returns the signals delivered: those above the version already held when the chain
+        read continues it (a re-bootstrap never repeats a version), else, after a data loss
+        (see the module docstring), the whole current chain, and :attr:`generation` counts up.
         """
-        await self._namespace(record=False)
-        have = self.version
-        start = "-" if from_start else await self._chain_start()
-        self.version, self.value = 0, None
-        items = await self._read_from(start)
-        if self.version < have:
-            self.version, self.value = have, None  # nothing newer verified: wait for a snapshot
-        return [m for m in items if m.signal.version > have]
+        async with self._reading:
+            await self._namespace(record=False)
+            self._epoch = await read_epoch(self.redis, self.keys) or self._epoch
+            return await self._bootstrap(from_start=from_start)
 
-    async def _read_from(self, start: str) -> list[Materialised]:
+    async def _bootstrap(self, *, from_start: bool = False, why: str = "") -> list[Materialised]:
+        have, have_key, have_id = self.version, self._key, self._held_id
+        start = "-" if from_start else await self._chain_start()
+        self.version, self.value, self._key, self._held_id, self.last_id = 0, None, None, None, "0-0"
+        items, complete = await self._read_from(start)
+        if have == 0:
+            return items
+        if not complete and self.version < have:  # not a stream: nothing read says the history was lost
+            self.version, self.value, self._key, self._held_id = have, None, have_key, have_id
+            return []
+        if _continues(items, have, have_key):
+            return [m for m in items if m.signal.version > have]
+        self.generation += 1
+        log.warning("subscribe.restarted", lane=self.lane, had=have, now=self.version, generation=self.generation,
+                    why=why or "bootstrap", note="the lane's history was lost: delivering its current chain")
+        return items
+
+    async def _read_from(self, start: str) -> tuple[list[Materialised], bool]:
+        """The chain from ``start`` to the stream's end, and whether the stream could be read."""
         stream = self.keys.signals(self.lane)
         out: list[Materialised] = []
         cursor = start
@@ -187,7 +241,7 @@ class Subscription:
                 entries = await xrange_entries(self.redis, stream, start=cursor, count=_PAGE)
             except CorruptDataError as e:
                 log.warning("subscribe.not_a_stream", lane=self.lane, error=str(e))
-                return out
+                return out, False
             for entry in entries:
                 signal = self._decode(entry)
                 self.last_id = entry[0]
@@ -195,15 +249,16 @@ class Subscription:
                 if item is not None:
                     out.append(item)
             if len(entries) < _PAGE:
-                return out
+                return out, True
             cursor = "(" + entries[-1][0]
 
     async def poll(self, block_ms: int | None = None) -> list[Materialised]:
         """Signals after the last one seen, one read of up to ``count`` entries (waiting up
         to ``block_ms`` when given): a tail's step. :meth:`catch_up` reads to the end."""
-        await self._namespace(record=False)
-        items, _ = await self._read_page(block_ms)
-        return items
+        async with self._reading:
+            restarted = await self._check_epoch()
+            items, _ = await self._read_page(block_ms)
+            return restarted + items
 
     async def catch_up(self, block_ms: int | None = None) -> list[Materialised]:
         """Every signal after the last one seen, however many: reads of ``count`` entries
@@ -215,12 +270,27 @@ class Subscription:
         older version than the stream's latest. Each read moves past what it returned, so
         this ends once the stream holds nothing newer.
         """
-        await self._namespace(record=False)
-        out, more = await self._read_page(block_ms)
-        while more:
-            items, more = await self._read_page(None)
+        async with self._reading:
+            out = await self._check_epoch()
+            items, more = await self._read_page(block_ms)
             out += items
-        return out
+            while more:
+                items, more = await self._read_page(None)
+                out += items
+            return out
+
+    async def _check_epoch(self) -> list[Materialised]:
+        """Check the namespace (its partition count, once; its epoch, every time): a
+        different epoch than the one seen re-bootstraps (returns what that delivers)."""
+        await self._namespace(record=False)
+        epoch = await read_epoch(self.redis, self.keys)
+        if epoch is None:  # none recorded (yet, or since a loss): the stream's checks hold
+            return []
+        seen, self._epoch = self._epoch, epoch
+        if seen is None or seen == epoch:
+            return []
+        log.info("subscribe.epoch_changed", lane=self.lane, note="the namespace was recreated: checking the chain")
+        return await self._bootstrap(why="the namespace's epoch changed")
 
     async def _read_page(self, block_ms: int | None) -> tuple[list[Materialised], bool]:
         """One read after the last entry seen: the signals delivered, and whether the read
@@ -233,19 +303,60 @@ class Subscription:
             if block_ms:
                 await anyio.sleep(block_ms / 1000)  # as long as the read would have waited
             return [], False
+        if not entries:
+            return await self._check_tail(), False
         out: list[Materialised] = []
         for entry in entries:
             signal = self._decode(entry)
-            if (signal is not None and signal.mode == "delta" and self.value is not None
-                    and signal.version > self.version + 1):
-                # fell behind the stream's retention: resume from the latest snapshot (read to the end)
-                log.info("subscribe.gap", lane=self.lane, have=self.version, got=signal.version)
-                return out + await self.bootstrap(), False
+            disagreement = self._disagrees(signal) if signal is not None else None
+            if disagreement is not None and signal is not None:
+                event, why = disagreement
+                log.info(event, lane=self.lane, have=self.version, got=signal.version, entry_id=entry[0], why=why)
+                return out + await self._bootstrap(why=why), False
             self.last_id = entry[0]
+            chained = self.value is not None
             item = self._apply(entry[0], signal) if signal is not None else None
             if item is not None:
                 out.append(item)
+            elif chained and self.value is None and not await self._held_entry_kept():
+                # a delta did not chain onto the text held, whose entry is gone: the stream was recreated
+                return out + await self._bootstrap(why="the entry of the version held is gone"), False
         return out, len(entries) >= self.count
+
+    def _disagrees(self, signal: Signal) -> tuple[str, str] | None:
+        """The log event and the reason why ``signal`` (verified on its own) calls for
+        re-reading the chain, if it does."""
+        if signal.version <= self.version:
+            return "subscribe.version_back", "a version at or below the one held"
+        if signal.mode == "delta" and self.value is not None and signal.version > self.version + 1:
+            return "subscribe.gap", "a version gap (behind the stream's retention)"
+        return None
+
+    async def _held_entry_kept(self) -> bool:
+        """Whether the entry of the version held is still in the stream. A delta that does
+        not chain onto it, while it is kept, is refused and the subscriber waits for the
+        next snapshot; when it is gone, the stream was recreated (retention never trims the
+        entries of the chain a retained delta belongs to)."""
+        if self._held_id is None:
+            return True
+        try:
+            return bool(await xrange_entries(self.redis, self.keys.signals(self.lane),
+                                             start=self._held_id, end=self._held_id))
+        except CorruptDataError:
+            return True
+
+    async def _check_tail(self) -> list[Materialised]:
+        """After a read that found nothing: when the stream's last entry is gone or older
+        than the last entry read, the stream was deleted or recreated: re-bootstrap."""
+        if self.last_id == "0-0":
+            return []
+        try:
+            tail = await xrange_entries(self.redis, self.keys.signals(self.lane), count=1, newest_first=True)
+        except CorruptDataError:
+            return []
+        if tail and _id_key(tail[0][0]) >= _id_key(self.last_id):
+            return []
+        return await self._bootstrap(why="the stream's tail is behind the last entry read")
 
     def _decode(self, entry: RawEntry) -> Signal | None:
         try:
@@ -292,7 +403,8 @@ class Subscription:
                 log.warning("subscribe.entry_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
                             problem=f"snapshot: {problem}")
             return None
-        self.last_id, self.version, self.value = entry_id, signal.version, value
+        self.last_id, self.version, self.value, self._key = entry_id, signal.version, value, signal.cache_key
+        self._held_id = entry_id
         return Materialised(entry_id, signal, value)
 
     async def __aiter__(self) -> AsyncIterator[Materialised]:
@@ -311,3 +423,20 @@ class Subscription:
             backoff.ok()
             for item in batch:
                 yield item
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as a comparable pair (ids read from Redis, or ``0-0``)."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _continues(items: list[Materialised], have: int, key: str | None) -> bool:
+    """Whether a chain read afresh continues the one held at version ``have`` (cacheKey
+    ``key``): it holds that version with that cacheKey, or starts at a snapshot past it
+    (the subscriber fell behind the stream's retention). A chain that ends below it, holds
+    another text at it or is empty does not: the lane's history was lost."""
+    at = [m for m in items if m.signal.version == have]
+    if at:
+        return at[-1].signal.cache_key == key
+    return bool(items) and items[0].signal.version > have

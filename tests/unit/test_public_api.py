@@ -27,7 +27,7 @@ EXPECTED = frozenset({
     # wire types, rendering, the simulator
     "Attributes", "Delivery", "Signal", "WriteEvent", "render_markup", "run_scenario",
     # errors
-    "ConfigurationError",
+    "ConcurrentUseError", "ConfigurationError",
     "ConflictError", "CorruptDataError", "DocumentTooLargeError", "DurabilityError", "EmptyTemplateOverwriteError",
     "GroupMissingError", "HistoryTrimmedError", "IdempotencyKeyReusedError",
     "InvalidInputError", "MissingDependencyError", "NamespaceMismatchError", "PatchError",
