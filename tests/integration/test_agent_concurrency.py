@@ -19,7 +19,7 @@ from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from tests.integration.helpers import running_workers, wait_caught_up
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 

@@ -32,7 +32,7 @@ from signals.streams.namespace import read_epoch
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from tests.integration.helpers import running_workers, wait_caught_up
-from workers.embedded import RedisServer
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 LINES = [f"- fact {i}: long enough to make a delta worth sending" for i in range(10)]
