@@ -35,12 +35,13 @@ MAX_VERSION = 2**53
 
 #: The tracking hash's field names, in one place: the read (``HMGET``), the parse and the
 #: commit script (which stores the fields it is given by name) all use this tuple.
-TRACKING_FIELDS = ("v", "ck", "mode", "wv", "n", "tail", "we")
+TRACKING_FIELDS = ("v", "ck", "mode", "wv", "n", "tail", "we", "kid")
 #: The document hash fields a worker reads (the write script stores them).
 DOCUMENT_FIELDS = ("data", "version", "format", "scope", "eid")
 #: What the worker reads of a document to place a batch on its chain (no text).
 HEAD_FIELDS = ("version", "eid", "format")
 _CACHE_KEY = re.compile(r"sha256:[0-9a-f]{64}")
+_KEY_ID = re.compile(r"([0-9a-f]{16})?")  # empty: unsigned, or not recorded
 _U64_DIGITS = 20  # 2**64 - 1 has 20 digits
 _LANE_SCOPE = {"r:": "resource", "t:": "thread"}
 
@@ -93,6 +94,9 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
             it does not (the stream was deleted, trimmed or appended to by someone else).
         write_event: the write-stream id of the last genuine write event processed: the
             anchor of the lane's event chain (see :class:`LaneDocument`).
+        key_id: the id of the key that signed the last signal
+            (:attr:`signals.core.signing.Signer.key_id`; empty: unsigned, or not recorded):
+            a worker whose signing key differs makes the lane's next signal a snapshot.
 
     A msgspec Struct with ``gc=False`` (it holds only ints and strings, so it can never be
     part of a reference cycle): the worker caches thousands of them, and untracked objects
@@ -107,6 +111,7 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
     since_snapshot: int = 0
     tail: str = ""
     write_event: str = ""
+    key_id: str = ""
 
     @classmethod
     def parse(cls, fields: list[str | None], where: str) -> LaneTracking:
@@ -132,14 +137,17 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
         for name, value in (("tail", tail), ("we", we)):
             if value and not is_stream_id(value):
                 raise CorruptDataError(f"{where} field {name} is {value[:40]!r}, not a stream id")
-        return cls(version, ck, mode, write_version, None, since, tail, we)
+        kid = raw["kid"] or ""
+        if not _KEY_ID.fullmatch(kid):
+            raise CorruptDataError(f"{where} field kid is {kid[:40]!r}, not a key id")
+        return cls(version, ck, mode, write_version, None, since, tail, we, kid)
 
     def fields(self) -> list[str | int]:
         """The tracking hash as the commit script stores it, as HSET's name/value pairs, but
         for ``tail`` (the script adds the id of the last signal it appended). ``value`` is
         not stored: it is the last signal's ``value``, so Redis holds each text once."""
         return ["v", self.version, "ck", self.cache_key, "mode", self.mode, "wv", self.write_version,
-                "n", self.since_snapshot, "we", self.write_event]
+                "n", self.since_snapshot, "we", self.write_event, "kid", self.key_id]
 
 
 class LaneDocument(msgspec.Struct, frozen=True, gc=False):

@@ -99,3 +99,27 @@ def test_a_log_level_that_is_none_is_refused() -> None:
     """A name no logger knows is refused, naming the setting."""
     with pytest.raises(pydantic.ValidationError, match="log_level"):
         Settings(log_level="verbose")
+
+
+def test_verification_keys_from_the_environment_or_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """WM_SIGNALS_VERIFY_KEYS is a JSON list; verify_keys_file holds one key per line (blank
+    lines ignored); the signer signs with the signing key and accepts all of them."""
+    monkeypatch.setenv("WM_SIGNALS_SIGNING_KEY", "n" * 32)
+    monkeypatch.setenv("WM_SIGNALS_VERIFY_KEYS", '["' + "o" * 32 + '"]')
+    signer = Settings().signer()
+    assert signer is not None and signer.key == b"n" * 32 and signer.verify_keys == (b"o" * 32,)
+    monkeypatch.delenv("WM_SIGNALS_VERIFY_KEYS")
+    path = tmp_path / "verify"
+    path.write_text("  " + "a" * 32 + "\n\n" + "b" * 32 + "\n")
+    signer = Settings(verify_keys_file=str(path)).signer()
+    assert signer is not None and signer.verify_keys == (b"a" * 32, b"b" * 32)
+    assert "a" * 32 not in repr(Settings(verify_keys_file=str(path)))
+
+
+def test_verification_keys_need_a_signing_key_and_length() -> None:
+    """Verification keys without a signing key, or a short one, are refused, naming the rule."""
+    with pytest.raises(pydantic.ValidationError, match="verify_keys need a signing key"):
+        Settings(verify_keys=["o" * 32])
+    with pytest.raises(pydantic.ValidationError, match="verification key 1 must be at least 16 bytes"):
+        Settings(signing_key="n" * 32, verify_keys=["short"])
+    assert Settings().signer() is None

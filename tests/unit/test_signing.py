@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from signals.core.signing import MAC_FIELD, Signer
+from signals.core.signing import MAC_FIELD, MAX_VERIFY_KEYS, Signer, key_id
 from signals.errors import InvalidInputError
 
 KEY = b"k" * 32
@@ -94,3 +94,36 @@ def test_signer_is_frozen() -> None:
     signer = Signer(KEY)
     with pytest.raises(AttributeError):
         signer.key = b"y" * 32  # type: ignore[misc]
+
+
+def test_a_signer_accepts_its_verification_keys_and_signs_with_its_own() -> None:
+    """Rotation: MACs of the signing key and of each verification key check; the signer's
+    own MACs are the signing key's; a key in neither is refused."""
+    old, new, other = b"o" * 32, b"n" * 32, b"x" * 32
+    signer = Signer(new, verify_keys=(old,))
+    assert signer.mac("r:alice", PAYLOAD) == Signer(new).mac("r:alice", PAYLOAD)
+    assert signer.check("r:alice", PAYLOAD, Signer(old).mac("r:alice", PAYLOAD))
+    assert signer.check("r:alice", PAYLOAD, Signer(new).mac("r:alice", PAYLOAD))
+    assert not signer.check("r:alice", PAYLOAD, Signer(other).mac("r:alice", PAYLOAD))
+    assert not Signer(old).check("r:alice", PAYLOAD, signer.mac("r:alice", PAYLOAD))
+
+
+def test_key_ids_name_keys_without_revealing_them() -> None:
+    """A key id is 16 hex digits, the same for the same key, different for another; the
+    signing key's comes first; duplicates of keys are dropped; keys stay out of repr."""
+    old, new = b"o" * 32, b"n" * 32
+    signer = Signer(new, verify_keys=(old, old, new))
+    assert signer.verify_keys == (old,)
+    assert signer.key_ids == (key_id(new), key_id(old))
+    assert len(signer.key_id) == 16 and signer.key_id == Signer(new).key_id != key_id(old)
+    assert "n" * 16 not in repr(signer) and "o" * 16 not in repr(signer)
+
+
+def test_verification_keys_are_checked_like_the_signing_key() -> None:
+    """A short verification key, a single key given for the sequence, or too many keys are refused."""
+    with pytest.raises(InvalidInputError, match="verification key needs at least 16 bytes"):
+        Signer(KEY, verify_keys=(b"short",))
+    with pytest.raises(InvalidInputError, match="a sequence of keys"):
+        Signer(KEY, verify_keys=b"n" * 32)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="at most"):
+        Signer(KEY, verify_keys=tuple(bytes([65 + i]) * 32 for i in range(MAX_VERIFY_KEYS + 1)))

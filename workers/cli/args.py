@@ -103,6 +103,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--signing-key-file", metavar="PATH",
                         help="file holding the key that authenticates signals "
                              "(default: $WM_SIGNALS_SIGNING_KEY_FILE or $WM_SIGNALS_SIGNING_KEY)")
+    parser.add_argument("--verify-keys-file", metavar="PATH",
+                        help="file holding further keys whose signals are accepted during a key rotation, one per "
+                             "line (default: $WM_SIGNALS_VERIFY_KEYS_FILE or $WM_SIGNALS_VERIFY_KEYS, a JSON list)")
 
 
 def add_lane_args(parser: argparse.ArgumentParser) -> None:

@@ -257,9 +257,18 @@ def _emit(
     commit: LaneCommit, tracking: LaneTracking, event: WriteEvent, event_id: str, *, options: LaneOptions, now: str,
     signer: Signer | None,
 ) -> LaneTracking:
-    """Advance the lane by one (trusted) event; queue the signal, if any, in the commit."""
-    final, signal = advance(tracking, event, options, now=now)
-    final = msgspec.structs.replace(final, tail=tracking.tail, write_event=event_id)
+    """Advance the lane by one (trusted) event; queue the signal, if any, in the commit.
+
+    When the key that signed the lane's last signal is not this worker's signing key (a
+    rotation, or signing turned on or off), the signal is a snapshot even of an unchanged
+    text: readers then hold a chain under the new key from its next write on.
+    """
+    kid = signer.key_id if signer else ""
+    rekeyed = tracking.version > 0 and tracking.key_id != kid
+    basis = msgspec.structs.replace(tracking, value=None) if rekeyed else tracking  # no base: a snapshot, no dedup
+    final, signal = advance(basis, event, options, now=now)
+    final = msgspec.structs.replace(final, tail=tracking.tail, write_event=event_id,
+                                    key_id=kid if signal is not None else tracking.key_id)
     if signal is None:
         commit.stats.dedup_skips += 1
         return final

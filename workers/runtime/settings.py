@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from signals.core.lane import LaneOptions
 from signals.core.retention import DEFAULT_RETAIN_SIGNALS, MAX_AGE_MS, parse_duration
+from signals.core.signing import MAX_VERIFY_KEYS, Signer
 from signals.core.tokens import CounterName
 from signals.errors import InvalidInputError, MissingDependencyError
 from signals.streams.durability import Durability
@@ -46,7 +47,10 @@ class Settings(BaseSettings):
 
     ``signing_key`` (or ``signing_key_file``, a file holding it: one line of text, surrounding
     whitespace ignored) is the key shared by workers and agent loops to authenticate signals;
-    at least :data:`MIN_SIGNING_KEY_BYTES` bytes.
+    at least :data:`MIN_SIGNING_KEY_BYTES` bytes. ``verify_keys`` (a JSON list in
+    ``WM_SIGNALS_VERIFY_KEYS``, or ``verify_keys_file``: one key per line, blank lines
+    ignored) are further keys whose signals readers accept while a rotation overlaps
+    (see :meth:`signer` and ``docs/operations/signing-keys.md``); they need a signing key.
 
     Retention (see :mod:`signals.core.retention`): ``retain_signals`` signals at least per lane
     and, with ``retain_age`` (``90s``, ``12h``, ``7d``, seconds, or ISO 8601), everything
@@ -88,6 +92,8 @@ class Settings(BaseSettings):
     tls_insecure_skip_verify: bool = False
     signing_key: SecretStr | None = None
     signing_key_file: str | None = None
+    verify_keys: list[SecretStr] = Field(default_factory=list)
+    verify_keys_file: str | None = None
     namespace: str = "wm"
     partitions: int = Field(16, ge=1, le=4096)
     policy: Literal["mastra", "compact"] = _LANE.policy
@@ -218,6 +224,29 @@ class Settings(BaseSettings):
             raise ValueError(f"the signing key must be at least {MIN_SIGNING_KEY_BYTES} bytes")
         return self
 
+    @model_validator(mode="after")
+    def _load_verify_keys(self) -> Settings:
+        path = self.verify_keys_file
+        if path is not None:
+            if self.verify_keys:
+                raise ValueError("set one of verify_keys and verify_keys_file, not both")
+            try:
+                text = Path(path).read_bytes().decode("utf-8")
+            except OSError as e:
+                raise ValueError(f"verify_keys_file {path}: {e.strerror or e}") from e
+            except UnicodeDecodeError as e:
+                raise ValueError(f"verify_keys_file {path}: not UTF-8 text (byte {e.start})") from e
+            self.verify_keys = [SecretStr(line.strip()) for line in text.splitlines() if line.strip()]
+        if self.verify_keys and self.signing_key is None:
+            raise ValueError("verify_keys need a signing key (signing_key or signing_key_file): they are the keys "
+                             "accepted besides it while a rotation overlaps")
+        for n, key in enumerate(self.verify_keys, 1):
+            if len(key.get_secret_value().encode()) < MIN_SIGNING_KEY_BYTES:
+                raise ValueError(f"verification key {n} must be at least {MIN_SIGNING_KEY_BYTES} bytes")
+        if len(self.verify_keys) > MAX_VERIFY_KEYS:
+            raise ValueError(f"at most {MAX_VERIFY_KEYS} verification keys, got {len(self.verify_keys)}")
+        return self
+
     @field_validator("retain_age", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
@@ -261,6 +290,14 @@ class Settings(BaseSettings):
     def signing_key_bytes(self) -> bytes | None:
         """The signal signing key as bytes (its UTF-8 text), or ``None`` when signing is off."""
         return None if self.signing_key is None else self.signing_key.get_secret_value().encode("utf-8")
+
+    def signer(self) -> Signer | None:
+        """The signer of these settings: signs with ``signing_key``, accepts it and every
+        one of ``verify_keys`` (``None`` when signing is off)."""
+        key = self.signing_key_bytes()
+        if key is None:
+            return None
+        return Signer(key, tuple(k.get_secret_value().encode("utf-8") for k in self.verify_keys))
 
     def process_count(self) -> int:
         """How many consumer processes to run: ``processes``, ``auto`` being one per core

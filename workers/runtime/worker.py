@@ -37,7 +37,6 @@ from redis import exceptions as redis_exc
 
 from signals.core.lane import LaneOptions
 from signals.core.retention import Retention
-from signals.core.signing import Signer
 from signals.errors import GroupMissingError, RedisUnavailableError
 from signals.streams.backoff import Backoff
 from signals.streams.client import Client
@@ -103,9 +102,8 @@ async def run_worker(
         async with stop_on_signals(stop):
             return await run_worker(redis, settings, name=name, stop=stop, handle_signals=False, shard=shard,
                                     task_status=task_status)
-    key = settings.signing_key_bytes()
     options = dataclasses.replace(consumer_options(settings), shard=shard)
-    consumer = Consumer(redis, settings.keys(), options, name, signer=Signer(key) if key else None)
+    consumer = Consumer(redis, settings.keys(), options, name, signer=settings.signer())
     backoff = Backoff(settings.reconnect_timeout_s)
     await _retrying(backoff, stop, lambda: check_namespace(redis, consumer.keys))
     await _retrying(backoff, stop, consumer.ensure_groups)

@@ -18,7 +18,6 @@ import anyio
 
 from signals.core.codec import decode_json
 from signals.core.memory import WorkingMemoryConfig
-from signals.core.signing import Signer
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError
 from signals.streams.keys import lane_id
 from signals.streams.replay import xrange_entries
@@ -115,7 +114,6 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
         # included (a server that accepts and never answers held it for the client's own timeout)
         with anyio.move_on_after(args.timeout) as deadline:
             async with open_client(settings) as redis:
-                key = settings.signing_key_bytes()
                 lane = lane_id(scope, args.resource, args.thread)
                 stream = settings.keys().signals(lane)
                 try:  # XRANGE + + reads nothing from a stream or no key: a probe every reading role may run (not TYPE)
@@ -125,7 +123,7 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
                                            "next write)") from e
                 subscribed = True
                 sub = Subscription(redis, settings.keys(), lane, block_ms=1000,
-                                   signer=Signer(key) if key else None)
+                                   signer=settings.signer())
                 items = await sub.bootstrap(from_start=args.from_start)
                 for item in items:
                     print_signal(item, as_json=args.json)

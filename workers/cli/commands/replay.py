@@ -246,8 +246,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         raise InvalidInputError("replay needs --resource (and/or --thread), or --file")
     settings = settings_from(args)
 
-    key = settings.signing_key_bytes()
-    signer = Signer(key) if key else None
+    signer = settings.signer()
 
     async def main() -> int:
         truth: DocumentState | None = None
