@@ -18,7 +18,7 @@ counters and histograms summed, ``/livez`` and ``/readyz`` healthy only when eve
 is). Children publish their state once every ``health_interval_s``: a scrape is at most
 that stale.
 
-Stopping: SIGTERM or SIGINT to the supervisor is forwarded as SIGTERM to every child,
+Stopping: SIGTERM, SIGINT or SIGHUP to the supervisor is forwarded as SIGTERM to every child,
 which stops gracefully (``grace_s``, then its hard deadline); a child still running
 ``grace_s + 5`` s later is killed. The supervisor exits 0 when every child stopped
 cleanly. A child that exits on its own (a crash, Redis gone past
@@ -55,7 +55,7 @@ from workers.runtime.embedded import RedisServer
 from workers.runtime.exits import leaf, report
 from workers.runtime.logging import configure_logging
 from workers.runtime.settings import Settings
-from workers.runtime.worker import consumer_options, run_worker, stop_on_signals
+from workers.runtime.worker import STOP_SIGNALS, consumer_options, run_worker, stop_on_signals
 
 __all__ = ("run_check", "run_worker_command", "serve_one")
 
@@ -131,7 +131,7 @@ def run_processes(settings: Settings, count: int) -> int:
 
     running = [False] * count
     server = _ops_server(settings, board, running)  # first: a port in use stops us before any child starts
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     children = [ctx.Process(target=_child, args=(settings, f"{base}-{i}", board, (i, count), os.getpid()),
                             name=f"wm-signals-worker-{i}") for i in range(count)]
     try:
@@ -187,7 +187,7 @@ def _stop_children(children: list[Any], running: list[bool], limit_s: float) -> 
             child.join()
             code = 1
         running[i] = False
-        if child.exitcode not in (0, -signal.SIGTERM):  # killed by our SIGTERM before its handler: clean
+        if child.exitcode not in (0, -signal.SIGTERM, -signal.SIGHUP):  # signalled before its handler: clean
             code = 1
     return code
 

@@ -16,7 +16,7 @@ own pending entries first. A fault of one lane never reaches this level (see
 At start the worker checks the namespace's shared settings (:mod:`signals.streams.namespace`):
 a partition count different from the stored one stops it with a clear message.
 
-Shutdown (SIGTERM/SIGINT or ``stop``): stop reading, let the batch in flight finish and
+Shutdown (SIGTERM/SIGINT/SIGHUP or ``stop``): stop reading, let the batch in flight finish and
 commit, leave the consumer groups where no entry is pending for this consumer, exit 0. If
 that takes longer than ``grace_s`` the task group is cancelled (the uncommitted batch
 stays pending and is reprocessed by the next worker: no loss).
@@ -51,7 +51,7 @@ from workers.engine.options import ConsumerOptions
 from workers.engine.reader import RawEntry
 from workers.runtime.settings import Settings
 
-__all__ = ("run_worker", "stop_on_signals")
+__all__ = ("STOP_SIGNALS", "run_worker", "stop_on_signals")
 
 #: How long a stopping worker spends removing itself from the consumer groups.
 _LEAVE_S = 2.0
@@ -92,7 +92,7 @@ async def run_worker(
     shard: tuple[int, int] = (0, 1),
     task_status: TaskStatus[Consumer] = anyio.TASK_STATUS_IGNORED,
 ) -> Consumer:
-    """Run a worker until ``stop`` is set (or, with ``handle_signals``, SIGTERM/SIGINT: see
+    """Run a worker until ``stop`` is set (or, with ``handle_signals``, SIGTERM/SIGINT/SIGHUP: see
     :func:`stop_on_signals`); returns its consumer.
 
     ``shard`` is ``(index, count)`` of ``worker --processes`` (see ``ConsumerOptions.shard``).
@@ -218,9 +218,16 @@ async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -
             log.warning("worker.maintenance_skipped", error=repr(e))
 
 
+#: The signals that stop a worker gracefully: SIGTERM (an orchestrator, ``kill``), SIGINT
+#: (Ctrl-C), SIGHUP (the terminal or SSH session closed, ``nohup``-less daemons, some
+#: supervisors' reload): Python's default for SIGHUP is to die at once, leaving the consumer
+#: in its group and the heartbeat to expire.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 @asynccontextmanager
 async def stop_on_signals(stop: anyio.Event) -> AsyncIterator[None]:
-    """Set ``stop`` at the first SIGTERM/SIGINT within the block; log and ignore the ones after.
+    """Set ``stop`` at the first of :data:`STOP_SIGNALS` within the block; log and ignore the ones after.
 
     A stop signal often comes twice: Ctrl-C sends SIGINT to the whole process group and
     the ``--processes`` supervisor then sends each child SIGTERM; ``timeout`` and some
@@ -229,7 +236,7 @@ async def stop_on_signals(stop: anyio.Event) -> AsyncIterator[None]:
     left, heartbeat left to expire). The signals stay caught until the block ends, its
     clean-up included; the stop is bounded anyway (``grace_s``), and SIGKILL ends it at once.
     """
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_signals, signals, stop)
             try:
