@@ -35,6 +35,7 @@ from workers.cli.commands import ui as ui_commands
 from workers.cli.commands import worker as worker_commands
 from workers.runtime.exits import EXIT_OK, report
 from workers.runtime.logging import configure_logging
+from workers.runtime.stdio import reopen_closed_stdio
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -147,7 +148,13 @@ def _check_argv(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
+    """Run the CLI; returns the process exit code.
+
+    First of all, standard streams the process was started without are opened on
+    ``/dev/null`` (see :mod:`workers.runtime.stdio`): a command run from cron or a daemon
+    with a stream closed does its work and says by its exit code whether it was done.
+    """
+    reopen_closed_stdio()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         _check_argv(argv)

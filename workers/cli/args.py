@@ -20,6 +20,7 @@ from signals.core.models import Scope
 from signals.errors import InvalidInputError
 from workers.runtime.connect import run
 from workers.runtime.settings import Settings
+from workers.runtime.stdio import stdin_closed
 
 __all__ = (
     "MAX_INPUT_BYTES", "Handler", "add_common_args", "add_durability_args", "add_lane_args", "add_sentinel_args",
@@ -60,6 +61,9 @@ def read_text(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of a file (``-``: stdin) of at most ``limit`` bytes; unreadable, larger
     or not UTF-8 is bad input naming the file (a larger one is not read past the limit)."""
     name = "stdin" if path == "-" else path
+    if path == "-" and stdin_closed():
+        raise InvalidInputError(f"{what} -: standard input is closed (the command was started without one): "
+                                "nothing to read; pipe the text in, or give a file")
     try:
         if path == "-":
             data = sys.stdin.buffer.read(limit + 1)

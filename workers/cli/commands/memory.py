@@ -36,6 +36,7 @@ from workers.cli.args import (
 from workers.cli.display import body, json_line, print_signal
 from workers.runtime.connect import open_client
 from workers.runtime.settings import Settings
+from workers.runtime.stdio import discard_stdout
 
 __all__ = ("register",)
 
@@ -76,7 +77,10 @@ def _cmd_write(args: argparse.Namespace) -> int:
                 version = await store.replace(args.resource, text, thread_id=args.thread,
                                               if_version=args.if_version,
                                               idempotency_key=args.idempotency_key)
-        print(version)
+        try:
+            print(version, flush=True)
+        except OSError:  # the reader of the output is gone; the document is stored, and the exit code says so
+            discard_stdout()
         return 0
 
     return run_async(main)
