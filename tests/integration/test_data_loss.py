@@ -24,6 +24,9 @@ from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
 from signals.core.codec import FIELD
+from signals.integrations._core import is_working_memory_text
+from signals.integrations._windows import EphemeralWindow
+from signals.integrations.openai_chat import OpenAIChatCodec, OpenAIChatWorkingMemory
 from signals.streams.acl import ROLES, acl_file
 from signals.streams.client import connect
 from signals.streams.deliveries import DeliveryLog
@@ -262,3 +265,38 @@ async def test_every_role_reads_the_epoch_and_writers_and_workers_record_it(tmp_
         finally:
             for client in (admin, *clients.values()):
                 await client.aclose()
+
+
+@pytest.mark.parametrize("window", ["persistent", "ephemeral"])
+async def test_an_adapter_window_follows_the_truth_after_a_data_loss(keys: Keys, window: str) -> None:
+    """A framework adapter (OpenAI Chat's persistent window, an ephemeral one re-inserting its
+    blocks every call) held v12; after a FLUSHALL and new writes, the next prepared call
+    carries exactly one working-memory block: the new document, and none of the old."""
+    async with _server() as (server, redis):
+        await _write(server.url, redis, keys, [_doc(n) for n in range(1, 13)])
+        agent = AgentWorkingMemory(redis, keys, resource_id="u", thread_id="t1")
+        history: list[dict[str, str]] = [{"role": "user", "content": "hello"}]
+
+        if window == "persistent":
+            helper = OpenAIChatWorkingMemory(agent)
+
+            async def prepare(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+                return await helper.prepare(messages)
+        else:
+            ephemeral = EphemeralWindow(agent, OpenAIChatCodec())
+
+            async def prepare(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+                return list((await ephemeral.prepare(messages)).messages)
+
+        def blocks(messages: list[dict[str, str]]) -> list[str]:
+            return [m["content"] for m in messages if is_working_memory_text(m["content"])]
+
+        sent = await prepare(history)
+        assert len(blocks(sent)) == 1 and "counter 12" in blocks(sent)[0]
+        history = sent if window == "persistent" else history
+        await redis.flushall()
+        await _write(server.url, redis, keys, [_doc(n, "new") for n in range(1, 3)])
+        history = [*history, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "again"}]
+        sent = await prepare(history)
+        assert len(blocks(sent)) == 1
+        assert "Notes (new)" in blocks(sent)[0] and "counter 2" in blocks(sent)[0]
