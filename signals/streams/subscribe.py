@@ -74,11 +74,11 @@ import anyio
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
-from signals.core.lane import is_stream_id
 from signals.core.models import Signal
 from signals.core.processor import apply_delta
 from signals.core.signing import Signer
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError, VerifyError
+from signals.streams._chain_start import chain_start
 from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.keys import Keys
@@ -90,9 +90,6 @@ __all__ = ("Subscription",)
 log = get_logger(__name__)
 _TRANSIENT = (redis_exc.ConnectionError, redis_exc.TimeoutError)
 _PAGE = 2000
-#: How many entries before a snapshot hint's a subscriber looks through for a signal (see
-#: ``Subscription._newer_before``).
-_LOOK_BACK = 16
 
 
 class Subscription:
@@ -140,67 +137,6 @@ class Subscription:
         self._epoch: str | None = None  # the namespace's epoch when last read
         self._reading = anyio.Lock()
 
-    async def _last_snapshot_id(self) -> str:
-        """The last retained snapshot's entry id (a hint the worker keeps), else ``-``."""
-        key = self.keys.snapshots(self.lane)
-        try:
-            raw = await self.redis.execute_command("LINDEX", key, -1, NEVER_DECODE=True)
-        except redis_exc.ResponseError as e:
-            if not str(e).startswith("WRONGTYPE"):
-                raise
-            raw = None
-        text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else None
-        if text is None:
-            return "-"
-        if not is_stream_id(text):  # 64 bits each part: Redis refuses a larger id in XRANGE
-            log.warning("subscribe.bad_snapshot_hint", lane=self.lane, key=key, value=text[:40])
-            return "-"
-        return text
-
-    async def _chain_start(self) -> str:
-        """Where the current chain begins: the hint's entry when it is a snapshot this
-        subscriber accepts, else ``-`` (the hint led nowhere: read everything).
-
-        The hint's entry is checked here, quietly, so that the stream is read once: reading
-        from the hint and then again from ``-`` when no chain came of it counted and logged
-        each refused entry after the hint twice. The read that follows reports each once.
-        """
-        hint = await self._last_snapshot_id()
-        if hint == "-":
-            return hint
-        try:
-            entries = await xrange_entries(self.redis, self.keys.signals(self.lane), start=hint, end=hint)
-            signal = decode_entry(self.lane, entries[0], signer=self.signer) if entries else None
-        except (CorruptDataError, VerifyError):
-            return "-"
-        if signal is None or signal.mode != "snapshot" or text_problem(signal, signal.contents) is not None:
-            return "-"
-        if await self._newer_before(hint, signal.version):
-            log.warning("subscribe.stale_snapshot_hint", lane=self.lane, entry_id=hint, version=signal.version,
-                        note="a signal before it is as new or newer: read from the start")
-            return "-"
-        return hint
-
-    async def _newer_before(self, hint: str, version: int) -> bool:
-        """Whether the nearest signal of the lane before the hint's entry (past up to
-        :data:`_LOOK_BACK` entries that are not) has ``version`` or a newer one, or none of
-        that many is a signal: the hint then names a copy of an older snapshot put after
-        newer signals (a genuine entry replayed, MAC and all, and the hint pointed at it),
-        which a new subscriber starting there would take for the latest. From the start,
-        versions only increase, so the copy is refused as stale."""
-        try:
-            before = await xrange_entries(self.redis, self.keys.signals(self.lane), end="(" + hint,
-                                          count=_LOOK_BACK, newest_first=True)
-        except CorruptDataError:
-            return True
-        for entry in before:
-            try:
-                previous = decode_entry(self.lane, entry, signer=self.signer)
-            except VerifyError:
-                continue
-            return previous.version >= version
-        return len(before) == _LOOK_BACK
-
     async def bootstrap(self, *, from_start: bool = False) -> list[Materialised]:
         """Read the current chain (last snapshot onwards, or ``from_start`` all retained,
         from the oldest retained snapshot) and rebuild it.
@@ -216,7 +152,7 @@ class Subscription:
 
     async def _bootstrap(self, *, from_start: bool = False, why: str = "") -> list[Materialised]:
         have, have_key, have_id = self.version, self._key, self._held_id
-        start = "-" if from_start else await self._chain_start()
+        start = "-" if from_start else await chain_start(self.redis, self.keys, self.lane, self.signer)
         self.version, self.value, self._key, self._held_id, self.last_id = 0, None, None, None, "0-0"
         items, complete = await self._read_from(start)
         if have == 0:

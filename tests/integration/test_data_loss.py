@@ -11,7 +11,10 @@ subscriber read (recreated with older ids). Workers are real, Redis is real.
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -300,3 +303,33 @@ async def test_an_adapter_window_follows_the_truth_after_a_data_loss(keys: Keys,
         sent = await prepare(history)
         assert len(blocks(sent)) == 1
         assert "Notes (new)" in blocks(sent)[0] and "counter 2" in blocks(sent)[0]
+
+
+async def test_the_subscribe_command_says_when_it_follows_a_lane_again(keys: Keys) -> None:
+    """``subscribe`` tails a lane at v2; a FLUSHALL and a new write: it prints the new v1 and
+    says on stderr that the lane's history was lost."""
+    async with _server() as (server, redis):
+        await _write(server.url, redis, keys, [_doc(1), _doc(2)])
+        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        command = [sys.executable, "-m", "workers", "subscribe", "--redis-url", server.url, "--namespace",
+                   keys.namespace, "--partitions", str(keys.partitions), "--resource", "u", "--count", "3",
+                   "--timeout", "60", "--json"]
+        async with await anyio.open_process(command, env=env) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            err = b""
+            with anyio.fail_after(30):  # it printed v1 and v2, then its note that it waits
+                while b"\n" not in err:
+                    err += await proc.stderr.receive()
+            await redis.flushall()
+            await _write(server.url, redis, keys, [_doc(1, "new")])
+            out = b""
+            with anyio.fail_after(60):
+                async for chunk in proc.stdout:
+                    out += chunk
+                async for chunk in proc.stderr:
+                    err += chunk
+                await proc.wait()
+        assert proc.returncode == 0, err
+        versions = [json.loads(line)["version"] for line in out.decode().splitlines()]
+        assert versions == [1, 2, 1]
+        assert b"history was lost" in err

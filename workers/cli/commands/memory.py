@@ -20,7 +20,7 @@ from signals.core.codec import decode_json
 from signals.core.memory import WorkingMemoryConfig
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError
 from signals.streams.keys import lane_id
-from signals.streams.replay import xrange_entries
+from signals.streams.replay import Materialised, xrange_entries
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from signals.streams.urls import redact_url
@@ -136,7 +136,9 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
                         return 0
                 if args.from_start or args.count:
                     print(f"wm-signals: {_waiting_note(items, args, sub.refused)}", file=sys.stderr, flush=True)
+                generation = sub.generation
                 async for item in sub:
+                    generation = _note_restart(sub, generation, item)
                     print_signal(item, as_json=args.json)
                     seen += 1
                     if args.count and seen >= args.count:
@@ -151,6 +153,15 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
         return 0
 
     return run_async(main)
+
+
+def _note_restart(sub: Subscription, generation: int, item: Materialised) -> int:
+    """Say on stderr when the subscription restarted (the lane's history was lost and its
+    versions start again, see :mod:`signals.streams.subscribe`); the generation now."""
+    if sub.generation != generation:
+        print(f"wm-signals: the lane's history was lost (FLUSHALL, a restart without persistence, its keys "
+              f"deleted): following it again from version {item.signal.version}", file=sys.stderr, flush=True)
+    return sub.generation
 
 
 def _server_named(settings: Settings) -> str:
