@@ -140,3 +140,11 @@ def test_a_worker_with_stdout_closed_stops_gracefully_with_zero(server: RedisSer
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("args", [["simulate"], ["replay", "--file", "-"]])
+def test_other_readers_of_stdin_name_a_closed_stdin(args: list[str]) -> None:
+    """``simulate`` (its scenario on stdin) and ``replay --file -`` with stdin closed: exit 2, named."""
+    done = _sh([*CLI, *args], "<&-")
+    assert done.returncode == 2
+    assert b"standard input is closed" in done.stderr

@@ -29,6 +29,7 @@ from signals.streams.verify import DocumentState, check_document, read_verifiabl
 from workers.cli.args import add_common_args, add_lane_args, lane_scope, run_async, settings_from
 from workers.cli.display import OutputConsole, body, field, json_line, literal, signal_record
 from workers.runtime.connect import open_client
+from workers.runtime.stdio import stdin_closed
 
 __all__ = ("register",)
 
@@ -236,6 +237,9 @@ def _check_replay_flags(args: argparse.Namespace) -> None:
 def _cmd_replay(args: argparse.Namespace) -> int:
     _check_replay_flags(args)
     if args.file:
+        if args.file == "-" and stdin_closed():
+            raise InvalidInputError("--file -: standard input is closed (the command was started without one): "
+                                    "nothing to read; pipe the export in, or give a file")
         try:  # '-': standard input (export -o - | replay --file -)
             signals, deliveries = (decode_export(sys.stdin.buffer.read(), source="stdin") if args.file == "-"
                                    else read_export(args.file))
