@@ -18,8 +18,8 @@ ids of stale ones it may drop). The rules:
   is held;
 * after the lane's history was lost (:meth:`WindowTracker.restart`: the subscription
   restarted from the lane's current chain, whose versions may be lower than those held),
-  every message held is reported as ``drop`` (the memory it carries is no longer the
-  lane's) and the next addition is a snapshot of the latest version with reason ``reset``.
+  every message held is reported as ``drop`` (the memory it carries is not the lane's
+  any more) and the next addition is a snapshot of the latest version with reason ``reset``.
 
 **Coalesced catch-up.** When more than one lane version is missing after the held chain
 (a burst of writes between two model calls) and the latest is known, a tracker that

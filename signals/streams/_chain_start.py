@@ -49,9 +49,9 @@ async def chain_start(redis: Client, keys: Keys, lane: str, signer: Signer | Non
     """Where the current chain begins: the hint's entry when it is a snapshot this
     subscriber accepts, else ``-`` (the hint led nowhere: read everything).
 
-    The hint's entry is checked here, quietly, so that the stream is read once: reading
-    from the hint and then again from ``-`` when no chain came of it counted and logged
-    each refused entry after the hint twice. The read that follows reports each once.
+    The hint's entry is checked here, quietly, so that the stream is read once: the read
+    that follows counts and logs each refused entry once (a read from the hint, then
+    another from ``-`` when no chain came of it, would report those after the hint twice).
     """
     hint = await _last_snapshot_id(redis, keys, lane)
     if hint == "-":

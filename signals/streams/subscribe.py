@@ -52,7 +52,7 @@ it counts :attr:`Subscription.generation` up, logs ``subscribe.restarted`` (a wa
 and delivers the current chain from its snapshot, whatever its versions: a consumer that
 keeps its own view (:class:`~signals.core.window.WindowTracker`) starts that view again
 when the generation changes. A replayed old entry (a genuine signal appended again) leaves
-the chain as it was and is skipped; only a rewrite of the snapshot list or stream by a
+the chain unchanged and is skipped; only a rewrite of the snapshot list or stream by a
 worker's credentials could make a restart where none happened.
 
 Reads of one subscription are serialised (a lock): two tasks polling it each get distinct

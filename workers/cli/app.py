@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     First of all, standard streams the process was started without are opened on
     ``/dev/null`` (see :mod:`workers.runtime.stdio`): a command run from cron or a daemon
-    with a stream closed does its work and says by its exit code whether it was done.
+    with a stream closed does its work and says by its exit code whether that work is done.
     """
     reopen_closed_stdio()
     argv = sys.argv[1:] if argv is None else list(argv)

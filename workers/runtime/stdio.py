@@ -4,8 +4,8 @@ A process whose file descriptor 0, 1 or 2 is closed at start has ``sys.stdin``/`
 /``stderr`` set to ``None`` by Python, and the next file or socket it opens takes that
 number: output meant for the terminal then goes into a Redis connection, and uvloop
 aborts the process when it closes such a socket (``uv__close: Assertion fd >
-STDERR_FILENO``, exit 134) — after a ``write`` stored its document, so a caller retried and
-wrote twice. :func:`reopen_closed_stdio`, called first thing, opens ``/dev/null`` on each
+STDERR_FILENO``, exit 134), after a ``write`` has stored its document: a caller that retries
+on that failure writes twice. :func:`reopen_closed_stdio`, called first thing, opens ``/dev/null`` on each
 closed descriptor and gives Python a stream for it: output is discarded, nothing is
 aborted, and the exit code still says whether the command's work was done.
 :func:`stdin_closed` tells a command that reads standard input (``--file -``) that there

@@ -231,10 +231,9 @@ async def stop_on_signals(stop: anyio.Event) -> AsyncIterator[None]:
 
     A stop signal often comes twice: Ctrl-C sends SIGINT to the whole process group and
     the ``--processes`` supervisor then sends each child SIGTERM; ``timeout`` and some
-    platforms signal the group as well. The watcher used to return after the first, which
-    gave the second the default action: the process died mid-stop (consumer group not
-    left, heartbeat left to expire). The signals stay caught until the block ends, its
-    clean-up included; the stop is bounded anyway (``grace_s``), and SIGKILL ends it at once.
+    platforms signal the group as well. A second signal given its default action would
+    kill the process mid-stop (consumer group not left, heartbeat left to expire), so the
+    signals stay caught until the block ends, its clean-up included; the stop is bounded anyway (``grace_s``), and SIGKILL ends it at once.
     """
     with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with anyio.create_task_group() as tg:
