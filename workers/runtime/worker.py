@@ -233,7 +233,8 @@ async def stop_on_signals(stop: anyio.Event) -> AsyncIterator[None]:
     the ``--processes`` supervisor then sends each child SIGTERM; ``timeout`` and some
     platforms signal the group as well. A second signal given its default action would
     kill the process mid-stop (consumer group not left, heartbeat left to expire), so the
-    signals stay caught until the block ends, its clean-up included; the stop is bounded anyway (``grace_s``), and SIGKILL ends it at once.
+    signals stay caught until the block ends, its clean-up included; the stop is bounded
+    anyway (``grace_s``), and SIGKILL ends it at once.
     """
     with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with anyio.create_task_group() as tg:
