@@ -28,7 +28,7 @@ from signals.errors import CorruptDataError, NamespaceMismatchError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 
-__all__ = ("EPOCH_FIELD", "NamespaceCheck", "check_namespace", "read_epoch")
+__all__ = ("EPOCH_FIELD", "NamespaceCheck", "check_namespace", "epoch_of", "read_epoch")
 
 #: The config hash field holding the namespace's epoch.
 EPOCH_FIELD = "epoch"
@@ -76,6 +76,12 @@ async def read_epoch(redis: Client, keys: Keys) -> str | None:
         if "WRONGTYPE" not in str(e):
             raise
         return None
+    return epoch_of(raw)
+
+
+def epoch_of(raw: object) -> str | None:
+    """An epoch field's value as read (text, bytes, ``None`` or a WRONGTYPE error of a
+    pipeline), checked: the epoch, or ``None`` when it is not one."""
     text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
     if not isinstance(text, str) or len(text) != 32 or not all(c in "0123456789abcdef" for c in text):
         return None

@@ -40,9 +40,9 @@ what it holds:
 * a delta skips versions, or does not chain onto the text held while the entry of the
   version held is gone from the stream;
 * a read finds nothing and the stream's last entry is gone or older than the last entry
-  read (the stream was deleted, or recreated with older ids);
-* the namespace's epoch (:func:`signals.streams.namespace.read_epoch`, read at every poll)
-  differs from the one it saw.
+  read (the stream was deleted, or recreated with older ids), or the namespace's epoch
+  (:func:`signals.streams.namespace.read_epoch`) differs from the one it saw: both are read
+  in one round trip after each read that finds nothing.
 
 A re-bootstrap reads the lane's current chain from its last snapshot. When that chain
 holds the version held with the same cacheKey, or starts at a snapshot past it, nothing
@@ -74,6 +74,7 @@ import anyio
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
+from signals.core.lane import is_stream_id
 from signals.core.models import Signal
 from signals.core.processor import apply_delta
 from signals.core.signing import Signer
@@ -82,7 +83,7 @@ from signals.streams._chain_start import chain_start
 from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.keys import Keys
-from signals.streams.namespace import NamespaceCheck, read_epoch
+from signals.streams.namespace import EPOCH_FIELD, NamespaceCheck, epoch_of, read_epoch
 from signals.streams.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
 
 __all__ = ("Subscription",)
@@ -192,9 +193,9 @@ class Subscription:
         """Signals after the last one seen, one read of up to ``count`` entries (waiting up
         to ``block_ms`` when given): a tail's step. :meth:`catch_up` reads to the end."""
         async with self._reading:
-            restarted = await self._check_epoch()
+            await self._namespace(record=False)
             items, _ = await self._read_page(block_ms)
-            return restarted + items
+            return items
 
     async def catch_up(self, block_ms: int | None = None) -> list[Materialised]:
         """Every signal after the last one seen, however many: reads of ``count`` entries
@@ -207,26 +208,12 @@ class Subscription:
         this ends once the stream holds nothing newer.
         """
         async with self._reading:
-            out = await self._check_epoch()
-            items, more = await self._read_page(block_ms)
-            out += items
+            await self._namespace(record=False)
+            out, more = await self._read_page(block_ms)
             while more:
                 items, more = await self._read_page(None)
                 out += items
             return out
-
-    async def _check_epoch(self) -> list[Materialised]:
-        """Check the namespace (its partition count, once; its epoch, every time): a
-        different epoch than the one seen re-bootstraps (returns what that delivers)."""
-        await self._namespace(record=False)
-        epoch = await read_epoch(self.redis, self.keys)
-        if epoch is None:  # none recorded (yet, or since a loss): the stream's checks hold
-            return []
-        seen, self._epoch = self._epoch, epoch
-        if seen is None or seen == epoch:
-            return []
-        log.info("subscribe.epoch_changed", lane=self.lane, note="the namespace was recreated: checking the chain")
-        return await self._bootstrap(why="the namespace's epoch changed")
 
     async def _read_page(self, block_ms: int | None) -> tuple[list[Materialised], bool]:
         """One read after the last entry seen: the signals delivered, and whether the read
@@ -240,7 +227,7 @@ class Subscription:
                 await anyio.sleep(block_ms / 1000)  # as long as the read would have waited
             return [], False
         if not entries:
-            return await self._check_tail(), False
+            return await self._check_after_nothing(), False
         out: list[Materialised] = []
         for entry in entries:
             signal = self._decode(entry)
@@ -281,16 +268,32 @@ class Subscription:
         except CorruptDataError:
             return True
 
-    async def _check_tail(self) -> list[Materialised]:
-        """After a read that found nothing: when the stream's last entry is gone or older
-        than the last entry read, the stream was deleted or recreated: re-bootstrap."""
-        if self.last_id == "0-0":
+    async def _check_after_nothing(self) -> list[Materialised]:
+        """After a read that found nothing, in one round trip: the namespace's epoch and the
+        stream's last entry. A new epoch (the namespace was recreated), or a last entry gone
+        or older than the last one read (the stream was deleted or recreated), re-reads the
+        chain (returns what that delivers). A read that found entries needs neither: their
+        versions tell."""
+        stream = self.keys.signals(self.lane)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(self.keys.config(), EPOCH_FIELD)
+            pipe.xrevrange(stream, count=1)
+            epoch_raw, tail = await pipe.execute(raise_on_error=False)
+        for reply in (epoch_raw, tail):  # a key of another type reads as nothing; anything else is raised
+            if isinstance(reply, redis_exc.ResponseError) and "WRONGTYPE" not in str(reply):
+                raise reply
+        epoch, seen = epoch_of(epoch_raw), self._epoch
+        self._epoch = epoch or seen  # none recorded (yet, or since a loss): the stream's checks hold
+        if epoch is not None and seen is not None and epoch != seen:
+            log.warning("subscribe.epoch_changed", lane=self.lane,
+                        note="the namespace was recreated: checking the chain")
+            return await self._bootstrap(why="the namespace's epoch changed")
+        if self.last_id == "0-0" or isinstance(tail, Exception):  # nothing read yet, or not a stream
             return []
-        try:
-            tail = await xrange_entries(self.redis, self.keys.signals(self.lane), count=1, newest_first=True)
-        except CorruptDataError:
-            return []
-        if tail and _id_key(tail[0][0]) >= _id_key(self.last_id):
+        last = tail[0][0] if tail else None
+        if isinstance(last, bytes):
+            last = last.decode("ascii", "replace")
+        if isinstance(last, str) and is_stream_id(last) and _id_key(last) >= _id_key(self.last_id):
             return []
         return await self._bootstrap(why="the stream's tail is behind the last entry read")
 

@@ -24,6 +24,7 @@ import anyio
 import pytest
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
 from signals.agent import AgentWorkingMemory
 from signals.core.codec import FIELD
@@ -333,3 +334,24 @@ async def test_the_subscribe_command_says_when_it_follows_a_lane_again(keys: Key
         versions = [json.loads(line)["version"] for line in out.decode().splitlines()]
         assert versions == [1, 2, 1]
         assert b"history was lost" in err
+
+
+async def test_a_new_namespace_epoch_makes_a_subscriber_check_its_chain(keys: Keys) -> None:
+    """The namespace's settings are lost and recorded again (a new epoch) while the lane's
+    stream stays: the next empty read notices the epoch, re-reads the chain, finds it
+    continues the one held and delivers nothing twice (no restart)."""
+    async with _server() as (server, redis):
+        await _write(server.url, redis, keys, [_doc(1)])
+        sub = Subscription(redis, keys, LANE)
+        assert [m.signal.version for m in await sub.bootstrap()] == [1]
+        assert await sub.poll() == []
+        await redis.delete(keys.config())
+        await WorkingMemoryStore(redis, keys=keys).get("u")  # a reader records nothing
+        assert await read_epoch(redis, keys) is None
+        assert await sub.poll() == []  # no epoch: nothing to compare
+        store = WorkingMemoryStore(redis, keys=keys)
+        await store.replace("other", "# Other")  # a writer records a new epoch
+        with capture_logs() as logs:
+            assert await sub.poll() == []
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["subscribe.epoch_changed"]
+        assert sub.generation == 0 and sub.version == 1
