@@ -17,7 +17,13 @@ importable from its own module (``signals.core.X``, ``signals.streams.X``), and 
 benchmarks and tests import it from there, but this surface does not promise it.
 ``tests/unit/test_public_api.py`` lists the surface name by name, so changing it is a
 deliberate edit.
+
+``signals.__version__`` is the installed distribution's version, read from its metadata: the
+one place it is written is ``version`` in pyproject.toml (``wm-signals --version`` reads the
+same).
 """
+
+from importlib import metadata as _metadata
 
 from signals.agent import AgentWorkingMemory, ModelCallResult
 from signals.core.memory import DEFAULT_TEMPLATE, WorkingMemoryConfig
@@ -57,6 +63,8 @@ from signals.streams.documents import Document
 from signals.streams.durability import Durability
 from signals.streams.keys import Keys, lane_id
 from signals.streams.redis_errors import (
+    RedisConnectionError,
+    RedisConnectionTimeoutError,
     RedisLoadingError,
     RedisOutOfMemoryError,
     RedisReadOnlyError,
@@ -70,6 +78,11 @@ from signals.streams.subscribe import Subscription
 from signals.streams.urls import TLSOptions
 from signals.streams.verify import VerifyReport, verify_lane
 from signals.tool import handle_tool_call, tool_definition
+
+try:
+    __version__ = _metadata.version("wm-signals")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = (
     "DEFAULT_TEMPLATE",
@@ -102,6 +115,8 @@ __all__ = (
     "PatchError",
     "ReadOnlyError",
     "RedisBusyError",
+    "RedisConnectionError",
+    "RedisConnectionTimeoutError",
     "RedisLoadingError",
     "RedisOutOfMemoryError",
     "RedisReadOnlyError",

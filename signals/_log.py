@@ -3,23 +3,35 @@
 A library must not write to stdout or stderr on its own: an agent loop speaking a stdio
 protocol (an MCP server, say) breaks on one stray line. structlog's defaults print every
 event, so the library never logs through them: when the application has configured
-structlog (``structlog.configure``, as ``workers.runtime.logging`` does), events go there with
-their fields; otherwise they go to the standard ``logging`` module under the module's
+structlog (``structlog.configure``, as ``workers.runtime.logging`` does), events go there
+with their fields; otherwise they go to the standard ``logging`` module under the module's
 name, where the package's ``NullHandler`` keeps them silent until the application adds a
 handler (``logging.basicConfig(level=logging.DEBUG)`` shows them).
+
+This module never imports structlog itself: ``import structlog`` loads ``structlog.dev``,
+which imports rich (and pygments) when they are installed, and the library keeps its import
+light. An application that configured structlog has imported it, so it is looked up in
+``sys.modules`` when an event is logged.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
-
-import structlog
 
 __all__ = ("get_logger",)
 
 logging.getLogger("signals").addHandler(logging.NullHandler())
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def _configured_structlog() -> Any:
+    """The structlog module when the application imported and configured it, else ``None``."""
+    structlog = sys.modules.get("structlog")
+    if structlog is None or not structlog.is_configured():
+        return None
+    return structlog
 
 
 class LibraryLogger:
@@ -33,7 +45,8 @@ class LibraryLogger:
         self._std = logging.getLogger(name)
 
     def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
-        if structlog.is_configured():
+        structlog = _configured_structlog()
+        if structlog is not None:
             getattr(structlog.get_logger(self._name), level)(event, **fields)
         elif self._std.isEnabledFor(_LEVELS[level]):
             details = " ".join(f"{key}={value!r}" for key, value in fields.items())

@@ -1,5 +1,5 @@
-"""``python -m workers`` runs the wm-signals CLI."""
+"""``python -m workers`` runs the wm-signals CLI (the same entry point as ``wm-signals``)."""
 
-from workers.cli.app import main
+from workers.entry import main
 
 raise SystemExit(main())

@@ -148,7 +148,9 @@ def RW(*commands: str) -> Grant:
     return Grant("RW", commands)
 
 
-_SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("lindex", "lrange")}
+_SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("lindex", "lrange"),
+                 # a subscriber's one look at whether a worker serves its lane (signals.streams.served)
+                 "writes": R("xinfo|consumers")}
 
 _WORKER = Role(("commit", "chain", "dead_letter", "leave", "claim"), {
     # consumer group on the write streams (leaving it at a graceful stop); trimming below the

@@ -2,7 +2,8 @@
 
 redis-py has no public hook for what :func:`signals.streams.client.connect` needs: a pool
 that waits for a free connection without a lock per command, error replies of a busy
-server raised as :class:`~signals.errors.RedisBusyError` too, a bound on one reply's size,
+server raised as :class:`~signals.errors.RedisBusyError` too, a server that cannot be
+reached raised as :class:`~signals.errors.RedisUnavailableError` too, a bound on one reply's size,
 and commands packed by hiredis. Each is a subclass of a redis-py class that overrides as
 little as it can; ``tests/unit/test_redis_compat.py`` pins every internal name used here,
 so that an upgrade of redis-py that changes one fails there, not in production.
@@ -25,6 +26,7 @@ from signals.streams.redis_errors import (
     RedisReadOnlyError,
     RedisScriptBusyError,
     ReplyTooLargeError,
+    unreachable,
 )
 
 __all__ = (
@@ -130,11 +132,26 @@ class _BusyErrors:
     def set_parser(self, parser_class: type[Any]) -> None:
         super().set_parser(_busy_parser(parser_class, self.max_reply_bytes))  # type: ignore[misc]
 
+    async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise (unreachable(e) or e) from e
+
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        try:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise (unreachable(e) or e) from e
         parser = getattr(self, "_parser", None)
         if isinstance(parser, _BoundedReplies):  # the replies to this send are counted from here
             parser.round_trip()
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
+            raise (unreachable(e) or e) from e
 
 
 _BUSY_PARSERS: dict[tuple[type[Any], int | None], type[Any]] = {}

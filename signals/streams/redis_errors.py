@@ -1,5 +1,7 @@
 """How Redis refuses, classified: the error classes a client raises for a Redis that
 refuses work for a while (both the redis-py class and :class:`~signals.errors.RedisBusyError`),
+a server that cannot be reached (both redis-py's ``ConnectionError`` or ``TimeoutError`` and
+:class:`~signals.errors.RedisUnavailableError`),
 a reply over the client's bound, and the tests on an error reply (an ACL refusal, a
 stream's ids exhausted, a script's relayed error).
 """
@@ -10,11 +12,12 @@ import re
 
 from redis import exceptions as redis_exc
 
-from signals.errors import CorruptDataError, RedisBusyError
+from signals.errors import CorruptDataError, RedisBusyError, RedisUnavailableError
 
 __all__ = (
-    "SERVER_CONDITIONS", "RedisLoadingError", "RedisOutOfMemoryError", "RedisReadOnlyError", "RedisScriptBusyError",
-    "ReplyTooLargeError", "acl_refused", "ids_exhausted", "relayed_error",
+    "SERVER_CONDITIONS", "RedisConnectionError", "RedisConnectionTimeoutError", "RedisLoadingError",
+    "RedisOutOfMemoryError", "RedisReadOnlyError", "RedisScriptBusyError", "ReplyTooLargeError", "acl_refused",
+    "ids_exhausted", "relayed_error", "unreachable",
 )
 
 
@@ -22,6 +25,27 @@ class ReplyTooLargeError(redis_exc.RedisError, CorruptDataError):
     """A reply from Redis over the client's ``max_reply_bytes`` (see :func:`connect`): the
     read was stopped and the connection closed, so nothing of it reached the caller. The
     command ran on the server (an XREADGROUP's entries are pending for the consumer)."""
+
+
+class RedisConnectionError(redis_exc.ConnectionError, RedisUnavailableError):
+    """Redis cannot be reached, or dropped the connection: refused, reset, a host name that
+    does not resolve. Both redis-py's ``ConnectionError`` (its retries and every ``except``
+    written against it still apply) and :class:`~signals.errors.RedisUnavailableError`."""
+
+
+class RedisConnectionTimeoutError(redis_exc.TimeoutError, RedisUnavailableError):
+    """Connecting to Redis, or a reply from it, took longer than the socket timeouts allow.
+    Both redis-py's ``TimeoutError`` and :class:`~signals.errors.RedisUnavailableError`."""
+
+
+def unreachable(error: BaseException) -> Exception | None:
+    """``error`` as one of the two classes above when it is redis-py's plain connection or
+    timeout error (its subclasses, a refused login among them, stay as they are)."""
+    if type(error) is redis_exc.ConnectionError:
+        return RedisConnectionError(str(error))
+    if type(error) is redis_exc.TimeoutError:
+        return RedisConnectionTimeoutError(str(error))
+    return None
 
 
 class RedisOutOfMemoryError(redis_exc.OutOfMemoryError, RedisBusyError):

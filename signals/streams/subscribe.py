@@ -8,7 +8,9 @@ and ``async for`` read what follows with XREAD from the last entry seen, so a re
 resumes with no gap and no repeat. Every signal is materialised (deltas applied, the
 cacheKey checked); a version gap (the subscriber fell behind the stream's retention)
 re-bootstraps from the latest snapshot. Read-only: it never writes and never joins a
-consumer group. Cancellation closes it cleanly (anyio).
+consumer group. Cancellation closes it cleanly (anyio). At its first read it looks
+once whether a worker serves the lane, and logs ``subscribe.no_worker`` naming the
+namespace when none does (see :mod:`signals.streams.served`).
 
 Nothing read is trusted, and a live reader never stops for a bad entry: it delivers
 only text it has verified and skips the rest with a warning log event
@@ -85,6 +87,7 @@ from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.namespace import EPOCH_FIELD, NamespaceCheck, epoch_of, read_epoch
 from signals.streams.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
+from signals.streams.served import ServedCheck
 
 __all__ = ("Subscription",)
 
@@ -128,6 +131,7 @@ class Subscription:
         self.signer = signer
         self.last_id = "0-0"
         self._namespace = NamespaceCheck(redis, keys)  # a count that differs would tail the wrong stream
+        self._served = ServedCheck(redis, keys, lane)  # no worker: one warning, not silence (signals.streams.served)
         self.version = 0
         self.value: str | None = None
         self.generation = 0
@@ -138,6 +142,11 @@ class Subscription:
         self._epoch: str | None = None  # the namespace's epoch when last read
         self._reading = anyio.Lock()
 
+    async def _checks(self) -> None:
+        """Before a read: the namespace's partition count, and (once) whether a worker serves the lane."""
+        await self._namespace(record=False)
+        await self._served()
+
     async def bootstrap(self, *, from_start: bool = False) -> list[Materialised]:
         """Read the current chain (last snapshot onwards, or ``from_start`` all retained,
         from the oldest retained snapshot) and rebuild it.
@@ -147,7 +156,7 @@ class Subscription:
         (see the module docstring), the whole current chain, and :attr:`generation` counts up.
         """
         async with self._reading:
-            await self._namespace(record=False)
+            await self._checks()
             self._epoch = await read_epoch(self.redis, self.keys) or self._epoch
             return await self._bootstrap(from_start=from_start)
 
@@ -193,7 +202,7 @@ class Subscription:
         """Signals after the last one seen, one read of up to ``count`` entries (waiting up
         to ``block_ms`` when given): a tail's step. :meth:`catch_up` reads to the end."""
         async with self._reading:
-            await self._namespace(record=False)
+            await self._checks()
             items, _ = await self._read_page(block_ms)
             return items
 
@@ -208,7 +217,7 @@ class Subscription:
         this ends once the stream holds nothing newer.
         """
         async with self._reading:
-            await self._namespace(record=False)
+            await self._checks()
             out, more = await self._read_page(block_ms)
             while more:
                 items, more = await self._read_page(None)

@@ -34,6 +34,13 @@ def test_connections_take_a_parser_class_and_send_packed_commands() -> None:
     assert hasattr(AbstractConnection, "_parser") or "_parser" in getattr(AbstractConnection, "__slots__", ())
 
 
+def test_connections_connect_and_read_through_the_hooked_methods() -> None:
+    """``connect_check_health`` (what ``connect`` runs) and ``read_response`` are the methods
+    whose plain ``ConnectionError``/``TimeoutError`` the hooks raise as ``RedisUnavailableError`` too."""
+    assert "connect_check_health" in inspect.getsource(AbstractConnection.connect)
+    assert callable(AbstractConnection.read_response)
+
+
 def test_parsers_map_error_replies_through_exception_classes() -> None:
     """Both asyncio parsers look an error reply's first word up in ``EXCEPTION_CLASSES``,
     with OOM, LOADING and READONLY mapped to these redis-py classes (the compat module's
