@@ -326,43 +326,6 @@ async def test_monitor_and_check_run_under_the_generated_acl_users(tmp_path: Pat
         server.stop()
 
 
-def _spawn_without_url(name: str, err: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "WM_SIGNALS_REDIS_URL"}
-    with err.open("wb") as sink:
-        return subprocess.Popen([sys.executable, "-m", "workers", "worker", "--processes", "2", "--partitions", "4",
-                                 "--consumer-name", name], cwd=ROOT, env={**env, **FAST}, stdout=subprocess.DEVNULL,
-                                stderr=sink)
-
-
-async def test_processes_without_a_url_share_one_embedded_server(tmp_path: Path) -> None:
-    """``--processes 2`` with no Redis URL starts one embedded server, which both children use."""
-    err = tmp_path / "stderr"
-    name = "emb-" + uuid.uuid4().hex[:6]
-    proc = _spawn_without_url(name, err)
-    try:
-        async def url() -> str | None:
-            text = await anyio.to_thread.run_sync(err.read_text)
-            return text.split("embedded redis-server at ", 1)[1].split()[0] if "redis-server at " in text else None
-        client = connect(await _until("the embedded server's URL", url))
-
-        async def both() -> bool:
-            names: set[str] = set()
-            for stream in Keys("wm", 4).all_writes():
-                if await client.exists(stream):
-                    names |= {c["name"] for c in await client.xinfo_consumers(stream, GROUP)}
-            return names == {f"{name}-0", f"{name}-1"}
-        try:
-            await _until("both children on the one server", both, 60)
-        finally:
-            await client.aclose()
-        proc.send_signal(signal.SIGTERM)
-        assert await anyio.to_thread.run_sync(lambda: proc.wait(30)) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.mark.parametrize("processes", [1, 2])
 async def test_a_second_stop_signal_does_not_cut_the_graceful_stop(redis_server: RedisServer, keys: Keys,
                                                                    processes: int) -> None:

@@ -8,7 +8,8 @@ read-only); every error is one line on stderr, never a traceback (set
 ``WM_SIGNALS_TRACEBACK=1`` to see one for an unexpected error). Every command-line
 argument must be valid UTF-8, file names included.
 Commands that talk to Redis take ``--redis-url`` (default ``WM_SIGNALS_REDIS_URL``);
-with neither, an embedded Redis server is started for the run and stopped at exit.
+with neither, they refuse (exit 2) saying how to point at a Redis; only ``demo`` starts a
+throwaway embedded server (docs/cli-defaults.md says why).
 """
 
 from __future__ import annotations

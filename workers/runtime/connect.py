@@ -1,8 +1,9 @@
 """How a process runs its async code, and the one way it opens its Redis client.
 
 anyio on asyncio, on uvloop when installed; :func:`open_client` is the one place a
-command, the demo or a worker process turns its settings into a client (URL or embedded
-server, TLS, Sentinel, cluster; error translation; a shielded close).
+command, the demo or a worker process turns its settings into a client (URL, TLS,
+Sentinel, cluster; error translation; a shielded close). With no Redis configured, every
+command but ``demo`` refuses (exit 2, :data:`NO_REDIS`): see docs/cli-defaults.md.
 
 Sentinel:
 
@@ -37,7 +38,7 @@ import anyio
 import structlog
 from redis import exceptions as redis_exc
 
-from signals.errors import InvalidInputError, RedisBusyError, RedisUnavailableError
+from signals.errors import ConfigurationError, InvalidInputError, RedisBusyError, RedisUnavailableError
 from signals.streams.client import Client, connect
 from signals.streams.namespace import check_namespace
 from signals.streams.sentinel import SentinelClient, connect_sentinel
@@ -45,7 +46,8 @@ from signals.streams.urls import TLSOptions, redact_url
 from workers.runtime.embedded import RedisServer
 from workers.runtime.settings import Settings
 
-__all__ = ("CLOSE_TIMEOUT_S", "open_client", "open_sentinel", "resolve_redis", "run", "tune_gc")
+__all__ = ("CLOSE_TIMEOUT_S", "NO_REDIS", "open_client", "open_sentinel", "require_redis", "resolve_redis", "run",
+           "tune_gc")
 
 T = TypeVar("T")
 _UVLOOP = importlib.util.find_spec("uvloop") is not None
@@ -79,12 +81,36 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
+#: What a command with no Redis configured says (exit 2): see docs/cli-defaults.md.
+NO_REDIS = ("no Redis configured: set WM_SIGNALS_REDIS_URL or pass --redis-url redis://HOST:PORT/0 (a Redis of your "
+            "own keeps what the commands write); to try the whole pipeline on a throwaway server, run "
+            "'wm-signals demo' (or 'make demo')")
+
+
+def require_redis(settings: Settings) -> None:
+    """Refuse a command that talks to Redis when none is configured (no URL, no Sentinel).
+
+    Only ``demo`` starts a throwaway embedded server: any other command writing into a
+    server that stops when the command ends would acknowledge what is then lost (see
+    docs/cli-defaults.md).
+
+    Raises:
+        ConfigurationError: no Redis URL and no Sentinel (exit 2).
+    """
+    if not settings.redis_url and not settings.sentinel:
+        raise ConfigurationError(NO_REDIS)
+
+
 @asynccontextmanager
-async def resolve_redis(settings: Settings) -> AsyncIterator[str]:
-    """Yield the Redis URL to use, starting an embedded server when none is configured."""
+async def resolve_redis(settings: Settings, *, embedded: bool = False) -> AsyncIterator[str]:
+    """Yield the Redis URL to use; with none configured, an embedded server's started for
+    the block when ``embedded`` (the demo), else :class:`~signals.errors.ConfigurationError`
+    (see :func:`require_redis`)."""
     if settings.redis_url:
         yield settings.redis_url
         return
+    if not embedded:
+        require_redis(settings)
     server = await anyio.to_thread.run_sync(lambda: RedisServer().start())
     print(f"wm-signals: no Redis URL configured: started an embedded redis-server at {server.url} "  # noqa: T201
           "(it stops at exit; set WM_SIGNALS_REDIS_URL or --redis-url to use your own)",
@@ -98,7 +124,7 @@ async def resolve_redis(settings: Settings) -> AsyncIterator[str]:
 @asynccontextmanager
 async def _connect(settings: Settings, max_reply_bytes: int | None) -> AsyncIterator[tuple[Client, str]]:
     """The client for ``settings`` and how messages name the server (Sentinel: the
-    service; else the URL, an embedded server's when none is configured)."""
+    service; else the URL)."""
     if settings.sentinel:
 
         yield open_sentinel(settings, max_reply_bytes)
@@ -117,7 +143,7 @@ async def open_client(settings: Settings, *, check: bool = True, bounded: bool =
     wrong partitions and report nothing there (:class:`~signals.errors.NamespaceMismatchError`,
     exit 2). Worker processes check it themselves, backing off while Redis is away.
 
-    Starts an embedded server when no URL (and no Sentinel) is configured; through
+    Refuses when no URL (and no Sentinel) is configured (:func:`require_redis`); through
     Sentinel with ``settings.sentinel`` (:func:`open_sentinel`); applies the TLS settings
     (warning when verification is off); a malformed URL or unusable TLS file is
     :class:`~signals.errors.InvalidInputError` (from :func:`signals.streams.client.connect`).

@@ -36,8 +36,9 @@ MIN_SIGNING_KEY_BYTES = 16
 class Settings(BaseSettings):
     """Everything a worker or the CLI needs; environment variables use the ``WM_SIGNALS_`` prefix.
 
-    ``redis_url`` unset means: start an embedded Redis server for the run. ``cluster``
-    means the URL names a node of a Redis Cluster (the embedded server is never one).
+    ``redis_url`` unset (and no Sentinel): only ``demo`` runs, on an embedded server it
+    starts for the run; every other command refuses (see docs/cli-defaults.md). ``cluster``
+    means the URL names a node of a Redis Cluster.
 
     TLS (``rediss://`` URLs only): ``tls_ca_file`` is the CA the server's certificate must
     chain to (default: the system's trust store), ``tls_cert_file``/``tls_key_file`` the

@@ -50,8 +50,7 @@ from workers.engine.counters import Layout
 from workers.engine.options import default_consumer_name
 from workers.ops.health import Board, Monitor, check_heartbeat, heartbeat_instance, liveness_bound, ready_max_age
 from workers.ops.server import OpsServer
-from workers.runtime.connect import open_client, run, tune_gc
-from workers.runtime.embedded import RedisServer
+from workers.runtime.connect import open_client, require_redis, run, tune_gc
 from workers.runtime.exits import leaf, report
 from workers.runtime.logging import configure_logging
 from workers.runtime.settings import Settings
@@ -66,15 +65,8 @@ KILL_AFTER_S = 5.0
 
 def run_worker_command(settings: Settings) -> int:
     """``wm-signals worker``: one process, or :func:`run_processes`; returns the exit code."""
+    require_redis(settings)  # signals written into a server that stops with the worker would be lost
     count = settings.process_count()
-    if count > 1 and settings.redis_url is None:  # one embedded server for all the children, not one each
-        embedded = RedisServer().start()
-        print(f"wm-signals: no Redis URL configured: started an embedded redis-server at {embedded.url} "  # noqa: T201
-              "(it stops at exit; set WM_SIGNALS_REDIS_URL or --redis-url to use your own)", file=sys.stderr)
-        try:
-            return run_processes(settings.model_copy(update={"redis_url": embedded.url}), count)
-        finally:
-            embedded.stop()
     if count > 1:
         return run_processes(settings, count)
     board = Board(1, Layout(settings.partitions))

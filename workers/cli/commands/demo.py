@@ -25,7 +25,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     async def main() -> int:
         from workers.cli.demo import run_demo  # noqa: PLC0415 - the demo and engine load only when it runs
 
-        async with resolve_redis(settings) as url:
+        async with resolve_redis(settings, embedded=True) as url:
             await run_demo(url, settings)
         return 0
 

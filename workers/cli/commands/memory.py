@@ -1,8 +1,8 @@
 """The Redis-backed commands of ``wm-signals``: worker, write, get (and the wiring they share).
 
 Every command takes ``--redis-url`` (default ``WM_SIGNALS_REDIS_URL``); with neither,
-an embedded redis-server is started for the run, announced on stderr and stopped at
-exit (its data goes with it: use a URL to keep state between commands). Every command
+it refuses (exit 2) saying how to point at a Redis: a write into a server that stopped
+with the command would be acknowledged and lost (docs/cli-defaults.md). Every command
 opens its client with :func:`~workers.runtime.connect.open_client`, so the TLS flags
 (``--tls-ca``, ``--tls-cert``, ``--tls-key``, ``--tls-insecure-skip-verify``) apply to all.
 """
@@ -169,7 +169,7 @@ def _server_named(settings: Settings) -> str:
 
     if settings.sentinel:
         return f"the master {settings.sentinel_master!r} of sentinels {settings.sentinel}"
-    return f"Redis at {redact_url(settings.redis_url)}" if settings.redis_url else "the embedded server"
+    return f"Redis at {redact_url(settings.redis_url)}" if settings.redis_url else "Redis"
 
 
 def _waiting_note(items: list[Any], args: argparse.Namespace, refused: int = 0) -> str:
