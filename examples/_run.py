@@ -11,8 +11,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from signals.agent import AgentWorkingMemory
-from workers.runtime.embedded import RedisServer
-from workers.runtime.logging import configure_logging
+from workers import RedisServer, configure_logging
 
 
 def run_example(main: Callable[[str], Awaitable[None]]) -> None:

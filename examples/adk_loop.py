@@ -18,7 +18,6 @@ import uuid
 from collections.abc import AsyncGenerator
 
 import _offline  # noqa: F401 - first: no network, no telemetry, whatever the environment says
-import anyio
 from _run import print_rebuilt, run_example
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
@@ -35,9 +34,7 @@ from google.genai import types
 
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.adk import WorkingMemory, is_working_memory_message
-from signals.streams.progress import wait_caught_up
-from workers.runtime.settings import Settings
-from workers.runtime.worker import run_worker
+from workers import worker_in_process
 
 PROFILE = "# User Information\n- **First Name**: Ada\n- **Location**: London\n- **Interests**: engines"
 WRITES = {1: PROFILE, 4: PROFILE.replace("London", "Paris"),
@@ -83,18 +80,15 @@ class Summariser(BaseEventsSummarizer):
 async def main(url: str) -> None:
     keys = Keys(f"example-{uuid.uuid4().hex[:6]}", 4)
     redis = connect(url)
-    stop = anyio.Event()
-    settings = Settings(redis_url=url, namespace=keys.namespace, partitions=4, block_ms=20)
-    async with anyio.create_task_group() as tg:
-        await tg.start(lambda task_status: run_worker(redis, settings, name="example", stop=stop,
-                                                      handle_signals=False, task_status=task_status))
+    async with worker_in_process(url, namespace=keys.namespace, partitions=keys.partitions, name="example",
+                                 block_ms=20) as worker:
         sessions = InMemorySessionService()
         session = await sessions.create_session(app_name="example", user_id="ada")
         wm = WorkingMemory(AgentWorkingMemory(redis, keys, resource_id="ada", thread_id=session.id))
         model = ScriptedModel(calls=[])
 
         async def worker_caught_up(callback_context: object, llm_request: LlmRequest) -> None:
-            await wait_caught_up(redis, keys)  # only so that the output is the same on every run
+            await worker.caught_up()  # only so that the output is the same on every run
 
         agent = LlmAgent(name="assistant", model=model, instruction="You are a helpful assistant.",
                          tools=wm.tools(), before_model_callback=[worker_caught_up, wm.before_model_callback])
@@ -107,7 +101,6 @@ async def main(url: str) -> None:
             async for _ in runner.run_async(user_id="ada", session_id=session.id, new_message=message):
                 pass
         await print_rebuilt(wm.memory)
-        stop.set()
     await redis.aclose()
 
 

@@ -18,15 +18,12 @@ import uuid
 from typing import Any
 
 import anthropic
-import anyio
 import httpx2
 from _run import run_example
 
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.anthropic import AnthropicWorkingMemory, is_working_memory_message
-from signals.streams.progress import wait_caught_up
-from workers.runtime.settings import Settings
-from workers.runtime.worker import run_worker
+from workers import worker_in_process
 
 SYSTEM = "You are a helpful assistant."
 WRITES = {1: "# User\n- **Name**: Ada\n- **City**: London", 4: "# User\n- **Name**: Ada\n- **City**: Paris"}
@@ -64,20 +61,17 @@ def trim(history: list[Any], keep: int) -> list[Any]:
 async def main(url: str) -> None:
     keys = Keys(f"example-{uuid.uuid4().hex[:6]}", 4)
     redis = connect(url)
-    stop = anyio.Event()
-    settings = Settings(redis_url=url, namespace=keys.namespace, partitions=4, block_ms=20)
     client = anthropic.AsyncAnthropic(api_key="offline", base_url="http://anthropic.invalid",
                                       http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(scripted_server)))
-    async with anyio.create_task_group() as tg:
-        await tg.start(lambda task_status: run_worker(redis, settings, name="example", stop=stop,
-                                                      handle_signals=False, task_status=task_status))
+    async with worker_in_process(url, namespace=keys.namespace, partitions=keys.partitions, name="example",
+                                 block_ms=20) as worker:
         wm = AnthropicWorkingMemory(AgentWorkingMemory(redis, keys, resource_id="ada", thread_id="chat-1"))
         history: list[Any] = []
         for turn in range(1, 11):
             print(f"turn {turn}")
             history.append({"role": "user", "content": f"user message {turn}"})
             for _ in range(2):  # a model call, and one more after a tool call
-                await wait_caught_up(redis, keys)  # the example waits for the worker to keep its output stable
+                await worker.caught_up()  # the example waits for the worker to keep its output stable
                 history = await wm.prepare(history)
                 for inj in wm.last.result.add if wm.last else ():
                     print(f"  + v{inj.version} {inj.mode} ({inj.reason})")
@@ -95,7 +89,6 @@ async def main(url: str) -> None:
         view = await log.view_at("chat-1", last.step, window=last.window) if log and last else None
         print("what the model could rebuild at the last call:", view.version if view else None)
         print(view.text if view else "")
-        stop.set()
     await client.close()
     await redis.aclose()
 

@@ -18,7 +18,6 @@ import uuid
 from typing import Any
 
 import _offline  # noqa: F401 - first: no network, no tracing, whatever the environment says
-import anyio
 from _run import print_rebuilt, run_example
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
@@ -29,9 +28,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.langchain import WorkingMemoryMiddleware, is_working_memory_message
-from signals.streams.progress import wait_caught_up
-from workers.runtime.settings import Settings
-from workers.runtime.worker import run_worker
+from workers import InProcessWorker, worker_in_process
 
 PROFILE = "# User Information\n- **First Name**: Ada\n- **Location**: London\n- **Interests**: engines"
 WRITES = {1: PROFILE, 4: PROFILE.replace("London", "Paris"),
@@ -84,32 +81,28 @@ class Summariser(BaseChatModel):
 class WorkerCaughtUp(AgentMiddleware):
     """Waits for the worker before every model call, only so that the output is the same on every run."""
 
-    def __init__(self, redis: Any, keys: Keys) -> None:
-        self.redis, self.keys = redis, keys
+    def __init__(self, worker: InProcessWorker) -> None:
+        self.worker = worker
 
     async def abefore_model(self, state: Any, runtime: Any) -> None:
-        await wait_caught_up(self.redis, self.keys)
+        await self.worker.caught_up()
 
 
 async def main(url: str) -> None:
     keys = Keys(f"example-{uuid.uuid4().hex[:6]}", 4)
     redis = connect(url)
-    stop = anyio.Event()
-    settings = Settings(redis_url=url, namespace=keys.namespace, partitions=4, block_ms=20)
-    async with anyio.create_task_group() as tg:
-        await tg.start(lambda task_status: run_worker(redis, settings, name="example", stop=stop,
-                                                      handle_signals=False, task_status=task_status))
+    async with worker_in_process(url, namespace=keys.namespace, partitions=keys.partitions, name="example",
+                                 block_ms=20) as worker:
         wm = WorkingMemoryMiddleware(AgentWorkingMemory(redis, keys, resource_id="ada", thread_id="chat-1"))
         model = ScriptedModel(calls=[])
         summarise = SummarizationMiddleware(Summariser(), trigger=("messages", 8), keep=("messages", 4))
         agent = create_agent(model, system_prompt="You are a helpful assistant.", checkpointer=InMemorySaver(),
-                             middleware=[WorkerCaughtUp(redis, keys), summarise, wm])  # wm last: sees the request
+                             middleware=[WorkerCaughtUp(worker), summarise, wm])  # wm last: sees the request
         for turn in range(1, 10):
             model.turn = turn
             await agent.ainvoke({"messages": [HumanMessage(f"user message {turn}")]},
                                 {"configurable": {"thread_id": "chat-1"}})
         await print_rebuilt(wm.memory)
-        stop.set()
     await redis.aclose()
 
 

@@ -18,7 +18,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 from _run import run_example
 from agents import Agent, Model, ModelResponse, Runner, SQLiteSession, Usage
 from agents.memory import SessionSettings
@@ -26,9 +25,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.openai_agents import OpenAIAgentsWorkingMemory, is_working_memory_message
-from signals.streams.progress import wait_caught_up
-from workers.runtime.settings import Settings
-from workers.runtime.worker import run_worker
+from workers import worker_in_process
 
 WRITES = {1: "# User\n- **Name**: Ada\n- **City**: London", 4: "# User\n- **Name**: Ada\n- **City**: Paris"}
 
@@ -66,14 +63,11 @@ class ScriptedModel(Model):
 async def main(url: str) -> None:
     keys = Keys(f"example-{uuid.uuid4().hex[:6]}", 4)
     redis = connect(url)
-    stop = anyio.Event()
-    settings = Settings(redis_url=url, namespace=keys.namespace, partitions=4, block_ms=20)
-    async with anyio.create_task_group() as tg:
-        await tg.start(lambda task_status: run_worker(redis, settings, name="example", stop=stop,
-                                                      handle_signals=False, task_status=task_status))
+    async with worker_in_process(url, namespace=keys.namespace, partitions=keys.partitions, name="example",
+                                 block_ms=20) as worker:
 
         async def caught_up(data: Any) -> Any:  # the example waits for the worker to keep its output stable
-            await wait_caught_up(redis, keys)
+            await worker.caught_up()
             return data.model_data
 
         wm = OpenAIAgentsWorkingMemory(AgentWorkingMemory(redis, keys, resource_id="ada", thread_id="chat-1"),
@@ -94,7 +88,6 @@ async def main(url: str) -> None:
         view = await log.view_at("chat-1", last.step, window=last.window) if log and last else None
         print("what the model could rebuild at the last call:", view.version if view else None)
         print(view.text if view else "")
-        stop.set()
     await redis.aclose()
 
 

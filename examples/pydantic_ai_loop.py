@@ -17,7 +17,6 @@ from __future__ import annotations
 import uuid
 
 import _offline  # noqa: F401 - first: no network, no tracing, whatever the environment says
-import anyio
 from _run import print_rebuilt, run_example
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import Hooks, ProcessHistory
@@ -26,9 +25,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from signals import AgentWorkingMemory, Keys, connect
 from signals.integrations.pydantic_ai import WorkingMemory, is_working_memory_part
-from signals.streams.progress import wait_caught_up
-from workers.runtime.settings import Settings
-from workers.runtime.worker import run_worker
+from workers import worker_in_process
 
 PROFILE = "# User Information\n- **First Name**: Ada\n- **Location**: London\n- **Interests**: engines"
 WRITES = {1: PROFILE, 4: PROFILE.replace("London", "Paris"),
@@ -57,17 +54,14 @@ async def main(url: str) -> None:
     global turn
     keys = Keys(f"example-{uuid.uuid4().hex[:6]}", 4)
     redis = connect(url)
-    stop = anyio.Event()
-    settings = Settings(redis_url=url, namespace=keys.namespace, partitions=4, block_ms=20)
-    async with anyio.create_task_group() as tg:
-        await tg.start(lambda task_status: run_worker(redis, settings, name="example", stop=stop,
-                                                      handle_signals=False, task_status=task_status))
+    async with worker_in_process(url, namespace=keys.namespace, partitions=keys.partitions, name="example",
+                                 block_ms=20) as worker:
         wm = WorkingMemory(AgentWorkingMemory(redis, keys, resource_id="ada", thread_id="chat-1"))
         agent = Agent(FunctionModel(scripted), instructions="You are a helpful assistant.")
         keep_last_six = ProcessHistory(lambda messages: messages[-6:])
 
         async def worker_caught_up(ctx: object, request_context: object) -> object:
-            await wait_caught_up(redis, keys)  # only so that the output is the same on every run
+            await worker.caught_up()  # only so that the output is the same on every run
             return request_context
 
         caught_up = Hooks(before_model_request=worker_caught_up)
@@ -77,7 +71,6 @@ async def main(url: str) -> None:
                                      capabilities=[caught_up, keep_last_six, wm])  # wm last: sees the trimming
             history = result.all_messages()
         await print_rebuilt(wm.memory)
-        stop.set()
     await redis.aclose()
 
 

@@ -39,10 +39,13 @@ def test_demo_runs_against_a_configured_redis(redis_server: RedisServer) -> None
 
 
 def test_example_agent_loop_runs(redis_server: RedisServer) -> None:
-    """examples/agent_loop.py re-injects after trimming and reads back what the model saw."""
+    """examples/agent_loop.py delivers a snapshot, then a delta, re-injects the snapshot after
+    trimming, and reads back what the model saw."""
     proc = _run(["examples/agent_loop.py", redis_server.url])
     assert proc.returncode == 0, proc.stderr
-    assert "snapshot (bootstrap)" in proc.stdout and "(reinject)" in proc.stdout
+    assert "+ signal v1 snapshot (bootstrap)" in proc.stdout
+    assert "+ signal v2 delta (new)" in proc.stdout and 'patch="unified-diff">@@ -3,1 +3,1 @@' in proc.stdout
+    assert "+ signal v2 snapshot (reinject)" in proc.stdout
     assert "- **Location**: Paris" in proc.stdout
 
 
