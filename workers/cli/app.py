@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from signals import __version__
 from signals.core.codec import decode_json, encode_json
 from signals.core.processor import POLICIES
 from signals.core.simulate import run_scenario
@@ -110,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="wm-signals",
         description="Working-memory state signals on Redis Streams (Mastra-compatible).",
     )
+    parser.add_argument("--version", action="version", version=f"wm-signals {__version__}",
+                        help="print the installed version (the package metadata's) and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sim = sub.add_parser(

@@ -87,7 +87,8 @@ def run_async(coro_fn: Callable[[], Awaitable[int]]) -> int:
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--redis-url", help="Redis URL (default: $WM_SIGNALS_REDIS_URL; with neither, only demo runs, on a throwaway server)")
+    parser.add_argument("--redis-url", help="Redis URL (default: $WM_SIGNALS_REDIS_URL; with neither, only demo "
+                                            "runs, on a throwaway server)")
     parser.add_argument("--namespace", help="key prefix (default wm)")
     parser.add_argument("--partitions", type=int, help="partition count (default 16; fixed per deployment)")
     parser.add_argument("--cluster", action="store_true", default=None,

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from redis import exceptions as redis_exc
 
 from signals.core.codec import decode_json
 from signals.core.memory import WorkingMemoryConfig
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError
 from signals.streams.keys import lane_id
 from signals.streams.replay import Materialised, xrange_entries
+from signals.streams.served import unserved_reason
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from signals.streams.urls import redact_url
@@ -113,6 +115,7 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         seen = 0
+        unserved: str | None = None  # why no worker serves the lane, when none does
         subscribed = False  # the namespace check and the stream probe answered
         # --timeout bounds the whole command: connecting, the namespace check and the probe
         # included (a server that accepts and never answers held it for the client's own timeout)
@@ -126,6 +129,7 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
                     raise CorruptDataError(f"{stream} is not a signal stream (a worker repairs it at the lane's "
                                            "next write)") from e
                 subscribed = True
+                unserved = await _unserved(redis, settings, lane)
                 sub = Subscription(redis, settings.keys(), lane, block_ms=1000,
                                    signer=settings.signer())
                 items = await sub.bootstrap(from_start=args.from_start)
@@ -146,11 +150,8 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
         if deadline.cancelled_caught and not subscribed:  # never reached the lane: not an empty tail (exit 0)
             raise RedisUnavailableError(f"--timeout {args.timeout:g}s expired before {_server_named(settings)} "
                                         "answered (connecting, the namespace check and the first read count)")
-        if args.count:
-            print(f"wm-signals: --timeout {args.timeout:g}s expired after {seen} of {args.count} signals "
-                  "(no more were retained or written)", file=sys.stderr)
-            return 1
-        return 0
+        return _timed_out(args, lane_id(scope, args.resource, args.thread), seen, unserved,
+                          expired=deadline.cancelled_caught)
 
     return run_async(main)
 
@@ -160,8 +161,32 @@ def _note_restart(sub: Subscription, generation: int, item: Materialised) -> int
     versions start again, see :mod:`signals.streams.subscribe`); the generation now."""
     if sub.generation != generation:
         print(f"wm-signals: the lane's history was lost (FLUSHALL, a restart without persistence, its keys "
-              f"deleted): following it again from version {item.signal.version}", file=sys.stderr, flush=True)
+              f"deleted): following it again from signal version {item.signal.version}", file=sys.stderr, flush=True)
     return sub.generation
+
+
+def _timed_out(args: argparse.Namespace, lane: str, seen: int, unserved: str | None, *, expired: bool) -> int:
+    """The end of a ``subscribe --timeout`` that ran out: what it says on stderr, and the exit
+    code (1 when ``--count`` signals did not arrive; an empty tail is exit 0, and said why)."""
+    if args.count:
+        why = unserved or "no more were retained or written"
+        print(f"wm-signals: --timeout {args.timeout:g}s expired after {seen} of {args.count} signals ({why})",
+              file=sys.stderr)
+        return 1
+    if expired and not seen:
+        why = unserved or ("no signal of this lane was emitted in that time (nothing written to it yet? check "
+                           "--namespace, --scope and the ids)")
+        print(f"wm-signals: --timeout {args.timeout:g}s expired with no signal for lane {lane!r}: {why}",
+              file=sys.stderr)
+    return 0
+
+
+async def _unserved(redis: Any, settings: Settings, lane: str) -> str | None:
+    """Why no worker serves ``lane``, when none does (a user who may not look: ``None``)."""
+    try:
+        return await unserved_reason(redis, settings.keys(), lane)
+    except redis_exc.ResponseError:
+        return None
 
 
 def _server_named(settings: Settings) -> str:
