@@ -36,6 +36,7 @@ import functools
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import signal
 import sys
 import time
@@ -56,7 +57,7 @@ from workers.runtime.logging import configure_logging
 from workers.runtime.settings import Settings
 from workers.runtime.worker import STOP_SIGNALS, consumer_options, run_worker, stop_on_signals
 
-__all__ = ("run_check", "run_worker_command", "serve_one")
+__all__ = ("heartbeat_candidates", "run_check", "run_worker_command", "serve_one")
 
 log = structlog.get_logger(__name__)
 #: Seconds past ``grace_s`` a child may take to exit before the supervisor kills it.
@@ -196,13 +197,30 @@ def _child(settings: Settings, name: str, board: Board, shard: tuple[int, int], 
     sys.exit(code)
 
 
+def heartbeat_candidates(consumer_name: str | None) -> list[str]:
+    """The heartbeat instances ``worker --check --consumer-name NAME`` looks for: NAME (the
+    configured ``--consumer-name`` of a worker), then NAME without a trailing ``-<digits>``:
+    the consumer name ``inspect`` shows is the instance's plus the process (``<host>-<pid>``
+    for a worker started without a name, ``<name>-<i>`` under ``--processes``)."""
+    instance = heartbeat_instance(consumer_name)
+    base = re.fullmatch(r"(.+)-[0-9]+", instance)
+    return [instance, base.group(1)] if base else [instance]
+
+
 def run_check(settings: Settings) -> int:
-    """``wm-signals worker --check``: 0 when the instance's heartbeat is fresh, else 1 (one line on stderr)."""
-    instance = heartbeat_instance(settings.consumer_name)
+    """``wm-signals worker --check``: 0 when the instance's heartbeat is fresh, else 1 (one
+    line on stderr). ``--consumer-name`` takes the worker's configured name or the consumer
+    name ``inspect`` shows (see :func:`heartbeat_candidates`)."""
 
     async def main() -> str | None:
         async with open_client(settings, check=False) as redis:
-            return await check_heartbeat(redis, settings.keys(), instance)
+            first: str | None = None
+            for instance in heartbeat_candidates(settings.consumer_name):
+                why = await check_heartbeat(redis, settings.keys(), instance)
+                if why is None:
+                    return None
+                first = first or why
+            return first
 
     try:
         why = run(main)

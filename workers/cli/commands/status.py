@@ -14,7 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from signals.errors import InvalidInputError
-from signals.streams.deadletters import DeadLetters
+from signals.streams.deadletters import DeadLetterEntry, DeadLetters
 from signals.streams.status import SCAN_LANES, inspect, shown_name
 from workers.cli.args import add_common_args, run_async, settings_from
 from workers.cli.display import OutputConsole, field, json_line, literal
@@ -63,7 +63,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                                           for b in report.bad_lanes]}))
             return _bad_lanes_status(report)
         table = Table(title=f"namespace {settings.namespace}")
-        for column in ("part", "stream", "pending", "lagging", "lanes", "bad", "dlq", "consumers:pending/idle"):
+        for column in ("part", "stream", "pending", "lagging", "lanes", "bad", "dlq", "consumers"):
             table.add_column(column, justify="right" if column != "consumers" else "left")
         for p in report.partitions:  # consumer and lane names are data: no markup in them
             consumers = ", ".join(f"{field(c.name)}:{c.pending}/{c.idle_ms / 1000:.0f}s" for c in p.consumers)
@@ -73,6 +73,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         table.add_row("all", str(t["stream_length"]), str(t["pending"]), str(t["lag"]), str(t["lanes"]),
                       str(t["bad"]), str(t["dead_letters"]), "")
         _console.print(table)
+        _console.print("consumers: name:pending/idle (entries not yet acked / time since its last read)",
+                       markup=False)
         if report.busiest:
             busiest = ", ".join(f"{literal(lane)} ({n})" for lane, n in report.busiest)
             _console.print(f"busiest lanes (writes): {busiest}", markup=False)
@@ -130,15 +132,10 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
             dlq = DeadLetters(redis, settings.keys())
             if args.action == "list":
                 entries = await dlq.list(limit=DLQ_LISTED)
-                for entry in entries:
-                    what = (f"attempts {entry.letter.attempts}  {literal(entry.letter.error)}" if entry.letter
-                            else literal(entry.problem or ""))
-                    print(f"{entry.id}  partition {entry.partition}  {what}")
                 listed = Counter(entry.partition for entry in entries)
-                for partition, length in enumerate(await dlq.lengths()):
-                    if length > listed[partition]:  # as many lines as a partition holds would be too many
-                        print(f"partition {partition}: {length - listed[partition]} more dead letters not listed "
-                              f"(the list shows the oldest {DLQ_LISTED} of each partition)")
+                more = {partition: length - listed[partition]
+                        for partition, length in enumerate(await dlq.lengths()) if length > listed[partition]}
+                _print_dead_letters(settings.namespace, entries, more, as_json=args.json)
             elif args.action == "show":
                 print(json_line((await dlq.get(_need_id(args), args.partition)).letter))
             elif args.action == "requeue":
@@ -149,6 +146,27 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
         return 0
 
     return run_async(main)
+
+
+def _print_dead_letters(namespace: str, entries: list[DeadLetterEntry], more: dict[int, int], *,
+                        as_json: bool) -> None:
+    """``dlq list``: one line per dead letter (the oldest of each partition), what is not
+    listed, and a line saying so when there is none; with ``as_json`` one JSON object."""
+    if as_json:
+        print(json_line({"namespace": namespace, "deadLetters": [
+            {"id": e.id, "partition": e.partition, "letter": e.letter, "problem": e.problem} for e in entries],
+            "notListed": {str(partition): n for partition, n in more.items()}}))
+        return
+    if not entries and not more:
+        print(f"no dead letters in namespace {namespace!r}")
+        return
+    for entry in entries:
+        what = (f"attempts {entry.letter.attempts}  {literal(entry.letter.error)}" if entry.letter
+                else literal(entry.problem or ""))
+        print(f"{entry.id}  partition {entry.partition}  {what}")
+    for partition, n in more.items():  # as many lines as a partition holds would be too many
+        print(f"partition {partition}: {n} more dead letters not listed (the list shows the oldest {DLQ_LISTED} "
+              "of each partition)")
 
 
 def _need_id(args: argparse.Namespace) -> str:
@@ -176,4 +194,5 @@ def register(sub: Any) -> None:
     dlq.add_argument("id", nargs="?", help="dead-letter entry id")
     dlq.add_argument("--partition", type=_partition, default=None,
                      help="the dead letter's partition (needed when several partitions hold the id)")
+    dlq.add_argument("--json", action="store_true", help="list: one JSON object (deadLetters, notListed)")
     dlq.set_defaults(handler=_cmd_dlq)

@@ -52,7 +52,7 @@ def register(sub: Any) -> None:
                         help="consumer processes under one supervisor, auto: one per core "
                              "(default: $WM_SIGNALS_PROCESSES, else 1)")
     worker.add_argument("--check", action="store_true",
-                        help="probe: exit 0 when the worker's heartbeat (--consumer-name, else this host's) "
-                             "is fresh in Redis, else 1")
+                        help="probe: exit 0 when the worker's heartbeat is fresh in Redis, else 1 (--consumer-name: "
+                             "its configured name or the consumer name inspect shows; else this host's)")
     worker.set_defaults(handler=_cmd_worker)
 
