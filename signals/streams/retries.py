@@ -105,15 +105,15 @@ class RetryAnswers:
         done, made_by = parse_stored(stored, what)
         if made_by and fingerprint and made_by != fingerprint:
             raise IdempotencyKeyReusedError(
-                f"{what} was used for another write (it made version {done}); a retry must repeat its request, "
-                "and a new write needs a new key: nothing was written",
+                f"{what} was used for another write (it made document version {done}); a retry must repeat its "
+                "request, and a new write needs a new key: nothing was written",
                 version=done)
         document = await self._read(ref.lane)
         reached = document.version if document is not None else 0
         if not 1 <= done <= reached:
             raise CorruptDataError(
-                f"{what} says it made version {done}, but the lane is at version {reached}: no write made it "
-                f"(the key, {self.keys.idempotency(ref.lane, idempotency_key or '')}, was set by hand); nothing "
-                "was written: write with a new key, or delete that one")
+                f"{what} says it made document version {done}, but the lane is at document version {reached}: no "
+                f"write made it (the key, {self.keys.idempotency(ref.lane, idempotency_key or '')}, was set by "
+                "hand); nothing was written: write with a new key, or delete that one")
         await self._check_replicated(ref, done, None, idempotency_key, stored)
         return done

@@ -316,7 +316,7 @@ class WorkingMemoryStore(RetryAnswers):
         """The version to write over, after the expected-version and format checks."""
         version = current.version if current else 0
         if if_version is not None and version != if_version:
-            raise ConflictError(f"{ref.lane} is at version {version}, expected {if_version}",
+            raise ConflictError(f"{ref.lane} is at document version {version}, expected {if_version}",
                                 expected=if_version, actual=version)
         if current is not None and current.format != self.config.format:
             raise InvalidInputError(f"{ref.lane} holds {current.format} working memory, not {self.config.format}")

@@ -99,7 +99,7 @@ class WriteScript:
             InvalidInputError: the lane is at version 2**53 already.
         """
         if version >= MAX_VERSION:  # only a version set by hand gets here; past it no reader reads the lane
-            raise InvalidInputError(f"{ref.lane} is at version {version:,}, the largest a lane takes (2**53): "
+            raise InvalidInputError(f"{ref.lane} is at document version {version:,}, the largest a lane takes (2**53): "
                                     "nothing was written")
         now = now_iso()
         event = WriteEvent(lane=ref.lane, scope=ref.scope, format=self.config.format, version=version + 1,
@@ -153,7 +153,7 @@ class WriteScript:
             return InvalidInputError(f"{ref.lane} holds {detail} working memory, not {self.config.format}")
         if if_version is not None:
             actual = parse_version(detail, f"{self.keys.doc(ref.lane)} field version")
-            return ConflictError(f"{ref.lane} is at version {actual}, expected {if_version}",
+            return ConflictError(f"{ref.lane} is at document version {actual}, expected {if_version}",
                                  expected=if_version, actual=actual)
         return None
 

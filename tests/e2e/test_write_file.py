@@ -50,11 +50,11 @@ def test_write_file_dash_reads_stdin(redis_server: RedisServer, keys: Keys) -> N
 
 
 def test_write_file_json_merges(redis_server: RedisServer, keys: Keys, tmp_path: Path) -> None:
-    """With ``--json`` (or ``--schema``) the file is a JSON object deep-merged into the document."""
+    """With ``--json-input`` (or ``--schema``) the file is a JSON object deep-merged into the document."""
     first = tmp_path / "a.json"
     first.write_text('{"trip": {"city": "Kyoto", "days": 4}}', encoding="utf-8")
     assert wm(redis_server, keys, "write", "--thread", "t1", "--resource", "alice", "--scope", "thread",
-              "--json", "--file", str(first)).stdout == "1\n"
+              "--json-input", "--file", str(first)).stdout == "1\n"
     schema = tmp_path / "schema.json"
     schema.write_text('{"type": "object", "properties": {"trip": {"type": "object"}}}', encoding="utf-8")
     proc = wm(redis_server, keys, "write", "--thread", "t1", "--schema", str(schema), "--file", "-",

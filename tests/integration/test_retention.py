@@ -149,7 +149,7 @@ async def test_replay_says_where_the_retained_history_begins_and_verifies_from_t
     env = {**os.environ, "WM_SIGNALS_RETAIN_SIGNALS": "2"}
     text = await anyio.run_process(_cli(url, keys, "replay", "--resource", "u"), cwd=ROOT, env=env)
     assert text.stdout.decode().splitlines()[0] == (
-        "history before version 7 was trimmed (retention: at least 2 signals per lane, trimmed at snapshot "
+        "history before signal version 7 was trimmed (retention: at least 2 signals per lane, trimmed at snapshot "
         "boundaries, if the workers share this process's retain_signals/retain_age); the oldest retained "
         "signal is a snapshot")
     records = await anyio.run_process(_cli(url, keys, "replay", "--resource", "u", "--json"), cwd=ROOT)
@@ -157,7 +157,7 @@ async def test_replay_says_where_the_retained_history_begins_and_verifies_from_t
     assert [(r["version"], r["firstRetainedVersion"]) for r in lines] == [(v, 7) for v in range(7, 11)]
     verified = await anyio.run_process(_cli(url, keys, "replay", "--resource", "u", "--verify"), cwd=ROOT)
     out = verified.stdout.decode()
-    assert "verified 4 signals (versions 7..10)" in out and "history before version 7 was trimmed" in out
+    assert "verified 4 signals (signal versions 7..10)" in out and "history before signal version 7 was trimmed" in out
 
 
 async def test_replay_does_not_promise_a_snapshot_when_the_stream_was_cut_below_it(
@@ -172,7 +172,7 @@ async def test_replay_does_not_promise_a_snapshot_when_the_stream_was_cut_below_
     await redis.xtrim(keys.signals("r:u"), maxlen=2, approximate=False)
     text = await anyio.run_process(_cli(url, keys, "replay", "--resource", "u"), cwd=ROOT, check=False)
     first = text.stdout.decode().splitlines()[0]
-    assert first.startswith("history before version 4 is gone") and "the oldest retained signal is a delta" in first
+    assert first.startswith("history before signal version 4 is gone") and "the oldest retained signal is a delta" in first
     assert text.returncode == 1 and b"no snapshot before it" in text.stderr
 
 
@@ -264,7 +264,7 @@ async def test_subscribe_from_start_for_more_than_can_arrive_ends_at_its_timeout
     assert waited.returncode == 1
     assert len(waited.stdout.decode().splitlines()) == 12
     err = waited.stderr.decode()
-    assert "delivered all 12 retained signals (versions 1..12), from the oldest retained snapshot" in err
+    assert "delivered all 12 retained signals (signal versions 1..12), from the oldest retained snapshot" in err
     assert "waiting for 8 more" in err and "--timeout 1.5s expired after 12 of 20 signals" in err
     done = await anyio.run_process(_cli(url, keys, *base, "--count", "12", "--timeout", "30"), cwd=ROOT)
     assert len(done.stdout.decode().splitlines()) == 12 and done.stderr == b""

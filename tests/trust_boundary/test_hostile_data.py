@@ -161,7 +161,7 @@ async def test_a_conflict_over_a_large_stored_version_is_a_conflict(redis: Redis
     store = WorkingMemoryStore(redis, keys=keys)
     version = await store.replace("u", "# one")
     await redis.hset(keys.doc("r:u"), "version", "100000000000000")
-    with pytest.raises(ConflictError, match="at version 100000000000000, expected 1") as caught:
+    with pytest.raises(ConflictError, match="at document version 100000000000000, expected 1") as caught:
         await store.replace("u", "# two", if_version=version)
     assert caught.value.actual == 100_000_000_000_000
     assert await redis.hget(keys.doc("r:u"), "data") == "# one"

@@ -59,9 +59,9 @@ def _cmd_write(args: argparse.Namespace) -> int:
     sources = [x for x in (args.markdown, args.merge, args.file) if x is not None]
     if len(sources) != 1:
         raise InvalidInputError("give exactly one of --markdown, --merge, --file")
-    if args.json and args.file is None:
-        raise InvalidInputError("--json says what --file holds (inline JSON goes in --merge)")
-    is_merge = args.merge is not None or (args.file is not None and (args.json or args.schema is not None))
+    if args.json_input and args.file is None:
+        raise InvalidInputError("--json-input says what --file holds (inline JSON goes in --merge)")
+    is_merge = args.merge is not None or (args.file is not None and (args.json_input or args.schema is not None))
     scope = lane_scope(args)
     config = WorkingMemoryConfig(scope=scope, schema=_load_schema(args.schema) if is_merge else None)
     text: str = read_text(args.file, "--file") if args.file is not None else sources[0]
@@ -199,7 +199,7 @@ def _server_named(settings: Settings) -> str:
 
 def _waiting_note(items: list[Any], args: argparse.Namespace, refused: int = 0) -> str:
     """What ``subscribe`` has delivered from the stream, said when it starts waiting for new writes."""
-    versions = f" (versions {items[0].signal.version}..{items[-1].signal.version})" if items else ""
+    versions = f" (signal versions {items[0].signal.version}..{items[-1].signal.version})" if items else ""
     if not items and refused:  # not "no signals": every one was refused (a wrong signing key, say)
         done = (f"delivered nothing: {refused} {'entry was' if refused == 1 else 'entries were'} refused (each "
                 "logged with its reason; a signing key other than the workers'?)")
@@ -254,16 +254,17 @@ def register(sub: Any) -> None:
                                 "by then (or Redis never answered), else 0")
     subscribe.set_defaults(handler=_cmd_subscribe)
 
-    write = sub.add_parser("write", help="write a lane's working memory; prints the new version")
+    write = sub.add_parser("write", help="write a lane's working memory; prints the lane's new document version")
     add_common_args(write)
     add_lane_args(write)
     write.add_argument("--markdown", help="the whole Markdown document (template mode)")
     write.add_argument("--merge", help="a JSON object to deep-merge (schema mode; null deletes)")
     write.add_argument("--file", metavar="PATH",
                        help="read the document from a UTF-8 file ('-': stdin): the whole Markdown document, "
-                            "or with --json or --schema a JSON object to deep-merge")
-    write.add_argument("--json", action="store_true",
-                       help="--file holds a JSON object to deep-merge (schema mode; implied by --schema)")
+                            "or with --json-input or --schema a JSON object to deep-merge")
+    write.add_argument("--json-input", action="store_true",
+                       help="--file holds a JSON object to deep-merge (schema mode; implied by --schema). "
+                            "On get, subscribe and replay, --json is the output's format")
     write.add_argument("--schema", help="JSON Schema file to validate merged documents against")
     write.add_argument("--if-version", type=int, help="fail with exit 3 unless the lane is at this version")
     write.add_argument("--idempotency-key", help="a retried write with the same key applies once")
@@ -273,5 +274,5 @@ def register(sub: Any) -> None:
     get = sub.add_parser("get", help="print a lane's stored working memory")
     add_common_args(get)
     add_lane_args(get)
-    get.add_argument("--json", action="store_true", help="print lane, version, format and data as JSON")
+    get.add_argument("--json", action="store_true", help="print lane, document version, format and data as JSON")
     get.set_defaults(handler=_cmd_get)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from redis import exceptions as redis_exc
 from rich.console import Console
 from rich.progress import Progress
 
@@ -24,6 +25,7 @@ from signals.errors import CorruptDataError, InvalidInputError, VerifyError
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.export import decode_export, encode_export, read_export, write_export
 from signals.streams.keys import Keys, lane_id
+from signals.streams.progress import lane_progress
 from signals.streams.replay import Materialised, materialise, read_signals, trimmed_before
 from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.cli.args import add_common_args, add_lane_args, lane_scope, run_async, settings_from
@@ -71,7 +73,7 @@ def _within(item: Materialised, low: Any, high: Any) -> bool:
 def _print_item(item: Materialised, previous: str | None) -> None:
     s = item.signal
     _console.print(f"[bold]v{s.version}[/] {field(s.mode):8} {field(s.cache_key)}  {len(s.contents.encode())} B  "
-                   f"~{approx_tokens(s.contents)} tok  write v{s.write_version}  {field(s.emitted_at or '')}")
+                   f"~{approx_tokens(s.contents)} tok  document v{s.write_version}  {field(s.emitted_at or '')}")
     if s.mode == "delta":
         _console.print(body(s.contents), markup=False)
     elif previous is not None:
@@ -99,9 +101,10 @@ def _trimmed_note(first: Signal, retention: Retention | None) -> str:
     why = (f"retention: {retention.describe()}, if the workers share this process's retain_signals/retain_age"
            if retention is not None else "not in this export")
     if first.mode != "snapshot":
-        return (f"history before version {first.version} is gone ({why}), and the oldest retained signal is a "
+        return (f"history before signal version {first.version} is gone ({why}), and the oldest retained signal is a "
                 "delta: the stream was cut below its snapshot by something other than the workers' retention")
-    return f"history before version {first.version} was trimmed ({why}); the oldest retained signal is a snapshot"
+    return (f"history before signal version {first.version} was trimmed ({why}); the oldest retained signal is a "
+            "snapshot")
 
 
 def _show_deliveries(deliveries: list[Delivery], *, as_json: bool) -> None:
@@ -144,12 +147,15 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         raise InvalidInputError(f"no signals in {_file_name(args.file)}" if args.file else
                                 f"no signals retained for that lane ({_NO_SIGNALS_HINT})")
     low, high = _bound(args.from_), _bound(args.to)
+    if args.at_write is not None:  # a document version: the signal that shows it
+        args.at = _signal_for_write(signals, args.at_write, getattr(args, "processed", None))
     trimmed = trimmed_before(signals)
     first_retained = signals[0][1].version
     if trimmed is not None and not args.json and not args.verify and args.at is None:
         print(_trimmed_note(signals[0][1], retention), flush=True)
     previous: str | None = None
-    found_at = None
+    found_at: str | None = None
+    found_write: int | None = None
     count = shown = 0
     last: Materialised | None = None
     document: str | None = None
@@ -159,7 +165,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
             last = item
             if args.at is not None:
                 if item.signal.version == args.at:
-                    found_at = item.value
+                    found_at, found_write = item.value, item.signal.write_version
                 continue
             if args.verify or not _within(item, low, high):
                 previous = item.value
@@ -179,17 +185,53 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         raise InvalidInputError(f"no retained signal in {_range(args)}: the retained history is "
                                 f"{_span(signals)}")
     if args.at is not None:
-        if found_at is None:
-            oldest, latest = signals[0][1].version, signals[-1][1].version
-            raise InvalidInputError(f"version {args.at} is not in the retained history (versions {oldest}..{latest})")
-        if args.json:
-            sys.stdout.write(json_line({"version": args.at, "value": found_at}) + "\n")
-        else:
-            sys.stdout.write(found_at + "\n")
+        _print_at(args, signals, found_at, found_write)
     if args.verify:
         _verified(signals, count, unchecked_macs=unchecked_macs,
                   trimmed=None if trimmed is None else _trimmed_note(signals[0][1], retention), document=document)
     return 0
+
+
+def _print_at(args: argparse.Namespace, signals: list[tuple[str, Signal]], value: str | None,
+              write: int | None) -> None:
+    """``--at``/``--at-write``: the working memory at that signal version (``value``, ``None``
+    when it is not retained), and the document version it is."""
+    if value is None:
+        oldest, latest = signals[0][1].version, signals[-1][1].version
+        raise InvalidInputError(f"signal version {args.at} is not in the retained history (signal versions "
+                                f"{oldest}..{latest}; for a document version, as 'write' prints it, use --at-write)")
+    if args.json:
+        sys.stdout.write(json_line({"version": args.at, "documentVersion": write, "value": value}) + "\n")
+    else:
+        sys.stdout.write(value + "\n")
+
+
+def _signal_for_write(signals: list[tuple[str, Signal]], write: int, processed: int | None) -> int:
+    """The signal version that shows document version ``write``: the last signal of a
+    document version at most ``write``. When that is an earlier document version, a note on
+    stderr says so: ``write`` was not signalled on its own (it changed nothing, or a later
+    write was processed in the same batch, and then ``write`` itself was never shown).
+    ``processed``: the document version the workers processed the lane up to (from Redis;
+    ``None`` for an export file), which tells a write not processed yet from one that
+    changed nothing."""
+    shown = [(s.write_version, s.version) for _, s in signals if s.write_version is not None]
+    if not shown:
+        raise InvalidInputError("these signals carry no document version: use --at with a signal version")
+    before = [(w, v) for w, v in shown if w <= write]
+    if not before:
+        oldest_write, oldest = shown[0]
+        raise InvalidInputError(f"document version {write} is older than the retained history (its oldest signal, "
+                                f"signal version {oldest}, shows document version {oldest_write})")
+    shown_write, version = before[-1]
+    if shown_write == shown[-1][0] and shown_write < write and (processed is None or processed < write):
+        raise InvalidInputError(f"document version {write} has no signal yet: the latest, signal version {version}, "
+                                f"shows document version {shown_write} (no worker has processed the write, or "
+                                "check --namespace, --scope and the ids)")
+    if shown_write != write:
+        print(f"wm-signals: document version {write} has no signal of its own (it changed nothing, or a later "
+              f"write was processed with it); this is document version {shown_write}, signal version {version}",
+              file=sys.stderr)
+    return version
 
 
 def _range(args: argparse.Namespace) -> str:
@@ -200,7 +242,7 @@ def _range(args: argparse.Namespace) -> str:
 def _span(signals: list[tuple[str, Signal]]) -> str:
     """The versions and emission times a list of signals covers, for a message."""
     first, last = signals[0][1], signals[-1][1]
-    return (f"versions {first.version}..{last.version}, emitted {first.emitted_at or '?'} to "
+    return (f"signal versions {first.version}..{last.version}, emitted {first.emitted_at or '?'} to "
             f"{last.emitted_at or '?'}")
 
 
@@ -208,7 +250,7 @@ def _verified(signals: list[tuple[str, Signal]], count: int, *, unchecked_macs: 
               document: str | None) -> None:
     """What ``replay --verify`` says when the history checked out."""
     first = signals[0][1].version if signals else 0
-    print(f"verified {count} signals (versions {first}..{first + count - 1}): chain and cacheKeys intact")
+    print(f"verified {count} signals (signal versions {first}..{first + count - 1}): chain and cacheKeys intact")
     if unchecked_macs:  # signed by the workers, but without the key nothing proves who wrote them
         print("the signals carry MACs, which were not checked: give the signing key "
               "(--signing-key-file or WM_SIGNALS_SIGNING_KEY) to check that workers wrote them")
@@ -222,11 +264,14 @@ def _check_replay_flags(args: argparse.Namespace) -> None:
     """Refuse flags that would be silently ignored together (exit 2 naming them)."""
     if args.deliveries:
         ignored = [flag for flag, given in (("--verify", args.verify), ("--at", args.at is not None),
+                                            ("--at-write", args.at_write is not None),
                                             ("--from", args.from_ is not None), ("--to", args.to is not None)) if given]
         if ignored:
             raise InvalidInputError(f"{', '.join(ignored)}: not with --deliveries (it lists the delivery log)")
-    elif args.at is not None and (args.from_ is not None or args.to is not None):
-        raise InvalidInputError("--at prints one version: not with --from or --to")
+    elif args.at is not None and args.at_write is not None:
+        raise InvalidInputError("--at takes a signal version, --at-write a document version: give one of them")
+    elif (args.at is not None or args.at_write is not None) and (args.from_ is not None or args.to is not None):
+        raise InvalidInputError("--at and --at-write print one version: not with --from or --to")
     elif args.verify and (args.from_ is not None or args.to is not None):  # it checks the whole history
         raise InvalidInputError("--verify checks every retained signal: not with --from or --to")
     low, high = _bound(args.from_), _bound(args.to)
@@ -267,10 +312,23 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             else:
                 signals, deliveries = await _load(redis, settings.keys(), args, signer=signer)
                 unchecked = False
+            if args.at_write is not None:  # how far the workers processed the lane's writes
+                args.processed = await _processed(redis, settings.keys(), lane_id(lane_scope(args), args.resource,
+                                                                                   args.thread))
         return _show(args, signals, deliveries, truth, Retention.of(settings.retain_signals, settings.retain_age),
                      unchecked_macs=unchecked)
 
     return run_async(main)
+
+
+async def _processed(redis: Any, keys: Any, lane: str) -> int | None:
+    """The document version the workers processed the lane up to (``None``: unreadable, or a
+    Redis user that may not read the workers' tracking)."""
+    try:
+        [progress] = await lane_progress(redis, keys, [lane])
+    except redis_exc.ResponseError:
+        return None
+    return None if isinstance(progress, CorruptDataError) else progress[1]
 
 
 async def _signed(redis: Any, stream: str) -> bool:
@@ -339,13 +397,18 @@ def register(sub: Any) -> None:
     add_common_args(replay)
     add_lane_args(replay)
     replay.add_argument("--file", help="replay an export file (no Redis; '-': standard input)")
-    replay.add_argument("--at", type=int, metavar="VERSION", help="print the working memory as of VERSION")
+    replay.add_argument("--at", type=int, metavar="VERSION",
+                        help="print the working memory as of signal version VERSION (replay's 'vN')")
+    replay.add_argument("--at-write", type=int, metavar="VERSION",
+                        help="print the working memory as of document version VERSION (what 'write' prints; "
+                             "replay shows it as 'document vN')")
     replay.add_argument("--verify", action="store_true",
                         help="check every entry, delta and cacheKey, and the latest signal against the stored "
                              "document; exit 1 on the first break")
     replay.add_argument("--deliveries", action="store_true", help="what the model saw at each step (needs --thread)")
-    replay.add_argument("--from", dest="from_", metavar="VERSION|TIME", help="first version or ISO time to show")
-    replay.add_argument("--to", metavar="VERSION|TIME", help="last version or ISO time to show")
+    replay.add_argument("--from", dest="from_", metavar="VERSION|TIME",
+                        help="first signal version or ISO time to show")
+    replay.add_argument("--to", metavar="VERSION|TIME", help="last signal version or ISO time to show")
     replay.add_argument("--json", action="store_true", help="JSON lines")
     replay.set_defaults(handler=_cmd_replay)
 
