@@ -29,6 +29,26 @@ def test_demo_runs_on_the_embedded_redis() -> None:
     assert "started an embedded redis-server" in proc.stderr
     for needle in ("summary", "dedup skips", "re-injections", "wm tokens sent as signals", "patch=\"unified-diff\""):
         assert needle in proc.stdout
+    _check_demo_story(proc.stdout)
+
+
+def _check_demo_story(out: str) -> None:
+    """The demo prints its legend and every write with its document version, shows both
+    users' agents, and labels ``reinject`` only a version that agent was given before."""
+    assert "delivery reasons: bootstrap = " in out and "reinject = " in out
+    assert "write alice: its Markdown profile (replace) -> document v1" in out
+    assert "-> document v3 (unchanged: the worker emits no signal)" in out
+    assert "+ alice profile v1 snapshot (bootstrap)" in out and "+ bob profile v1 snapshot (bootstrap)" in out
+    assert "+ bob plan v1 snapshot (bootstrap)" in out
+    given: dict[str, set[int]] = {}
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) >= 6 and words[0] == "+" and words[3].startswith("v"):
+            agent, version, reason = f"{words[1]} {words[2]}", int(words[3][1:]), words[5]
+            if reason == "(reinject)":
+                assert version in given.get(agent, set()), line
+            given.setdefault(agent, set()).add(version)
+    assert any(line.endswith("(reinject)") for line in out.splitlines())
 
 
 def test_demo_runs_against_a_configured_redis(redis_server: RedisServer) -> None:

@@ -224,7 +224,7 @@ def test_dlq_cli_lists_and_drops(redis_server: RedisServer, keys: Keys, capsys: 
     assert usage.value.code == 2 and "unrecognized arguments" in err and "extra" in err
     assert _cli(capsys, "dlq", *_flags(redis_server, keys), "drop", dead_id)[0] == 0
     code, out, _ = _cli(capsys, "dlq", *_flags(redis_server, keys), "list")
-    assert code == 0 and out == ""
+    assert code == 0 and out == f"no dead letters in namespace {keys.namespace!r}\n"
     code, _, err = _cli(capsys, "dlq", *_flags(redis_server, keys), "requeue", dead_id)
     assert code == 2 and "no dead letter" in err
 
