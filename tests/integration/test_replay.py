@@ -244,7 +244,8 @@ def test_dlq_list_shows_entries_that_are_not_dead_letters(redis_server: RedisSer
     code, out, _ = _cli(capsys, "dlq", *_flags(redis_server, keys), "list")
     assert code == 0 and out.startswith(f"{entry_id}  partition 1  not a dead letter: no {FIELD} field")
     assert _cli(capsys, "dlq", *_flags(redis_server, keys), "drop", entry_id)[0] == 0
-    assert _cli(capsys, "dlq", *_flags(redis_server, keys), "list")[1] == ""
+    empty = f"no dead letters in namespace {keys.namespace!r}\n"
+    assert _cli(capsys, "dlq", *_flags(redis_server, keys), "list")[1] == empty
 
 
 def test_dlq_ids_that_two_partitions_share_need_the_partition(redis_server: RedisServer, keys: Keys,
@@ -274,7 +275,7 @@ def test_dlq_ids_that_two_partitions_share_need_the_partition(redis_server: Redi
     code, _, err = _cli(capsys, "dlq", *flags, "show", entry_id, "--partition", str(keys.partitions))
     assert code == 2 and "partition is 0 to" in err
     assert _cli(capsys, "dlq", *flags, "drop", entry_id)[0] == 0  # one partition holds it now
-    assert _cli(capsys, "dlq", *flags, "list")[1] == ""
+    assert _cli(capsys, "dlq", *flags, "list")[1] == f"no dead letters in namespace {keys.namespace!r}\n"
 
 
 def test_dlq_list_names_a_dead_letter_stream_of_another_type(redis_server: RedisServer, keys: Keys,
