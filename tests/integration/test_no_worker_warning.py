@@ -17,8 +17,8 @@ from structlog.testing import capture_logs
 
 from signals import AgentWorkingMemory, RedisUnavailableError, Subscription, WorkingMemoryStore, connect
 from signals.integrations.openai_chat import OpenAIChatWorkingMemory
-from signals.streams.client import RedisConnectionError
 from signals.streams.keys import GROUP, Keys
+from signals.streams.redis_errors import RedisConnectionError
 from signals.streams.served import unserved_reason
 from tests.integration.helpers import running_workers, wait_caught_up
 from workers.runtime.embedded import free_port
