@@ -14,6 +14,10 @@ warning ``subscribe.no_worker`` naming the namespace, the lane and the reason wh
 * no consumer has read for :data:`LIVE_IDLE_MS`: the workers that read it died (a live
   worker reads every ``block_ms``, at most 60 s, also when idle).
 
+An :class:`~signals.agent.AgentWorkingMemory` (and so every framework adapter) looks
+through its subscription, at ``start()`` or its first model call; with system-message
+delivery it reads the document itself, needs no worker, and does not look.
+
 The warning is logged once per process for a server and namespace; a namespace found
 served is not looked at again by the same check. The check never fails a subscriber: a
 Redis user whose ACL does not allow ``XINFO CONSUMERS`` on the write streams (the agent
