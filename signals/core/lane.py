@@ -230,7 +230,7 @@ class LaneOptions:
 
     policy: Policy = "compact"
     snapshot_every: int = 20
-    omit_delta_value: bool = False
+    omit_delta_value: bool = True
     max_diff_edits: int | None = DEFAULT_MAX_DIFF_EDITS
     """Past this many line edits the worker emits a snapshot instead of a delta (bounded
     work per write, see :func:`signals.core.processor.decide`); ``None``: no budget."""

@@ -236,18 +236,26 @@ async def test_a_cut_with_foreign_entries_before_the_first_snapshot_keeps_that_s
     assert signals[0].mode == "snapshot" and versions == list(range(6, versions[-1] + 1)) and versions[-1] > 20
 
 
+@pytest.mark.parametrize(("omit", "expected"), [
+    (False, [(13, "snapshot"), (14, "delta")]),
+    (True, [(12, "snapshot"), (13, "delta"), (14, "delta")]),
+])
 async def test_a_stream_cut_to_deltas_only_starts_at_the_next_snapshot(
-    redis_server: RedisServer, redis: Redis, keys: Keys
+    redis_server: RedisServer, redis: Redis, keys: Keys, omit: bool, expected: list[tuple[int, str]]
 ) -> None:
     """A cut that leaves no snapshot at all (and junk in the list): the next snapshot is
-    where the stream starts again."""
+    where the stream starts again. With deltas carrying their value, a new worker goes on
+    from version 11's text (delta 12, snapshot 13 by ``snapshot_every``); without it
+    (``omit_delta_value``, the default) version 11's text cannot be rebuilt, so version 12
+    is a snapshot."""
     url, lane = redis_server.url, "r:u"
-    await _write(url, redis, keys, [_doc(n) for n in range(11)], snapshot_every=4, retain_signals=50)
+    options = {"snapshot_every": 4, "retain_signals": 50, "omit_delta_value": omit}
+    await _write(url, redis, keys, [_doc(n) for n in range(11)], **options)
     await redis.xtrim(keys.signals(lane), maxlen=2, approximate=False)  # versions 10..11: deltas
     await redis.lpush(keys.snapshots(lane), "junk")
-    await _write(url, redis, keys, [_doc(200 + n) for n in range(3)], snapshot_every=4, retain_signals=50)
+    await _write(url, redis, keys, [_doc(200 + n) for n in range(3)], **options)
     signals = await check_lane(redis, keys, lane)
-    assert [(s.version, s.mode) for s in signals] == [(13, "snapshot"), (14, "delta")]
+    assert [(s.version, s.mode) for s in signals] == expected
 
 
 async def test_subscribe_from_start_for_more_than_can_arrive_ends_at_its_timeout(

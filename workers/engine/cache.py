@@ -71,16 +71,34 @@ class TrackingCache:
             else:
                 missing.append((lane, version, tail))
         if missing:
-            for (lane, version, _), last in zip(missing, await self._last_signals(missing), strict=True):
+            unknown: list[tuple[str, int, str]] = []
+            for (lane, version, tail), last in zip(missing, await self._last_signals(missing), strict=True):
                 if last is not None and last.version != version:
                     misnumbered[lane] = last.version
-                    continue
-                value = last.value if last is not None else None
-                if value is None:  # not the tracked signal, or a delta stored without it (omit_delta_value)
-                    value = await self._rebuild(lane, version)
-                if value is not None:
-                    out[lane] = value
+                elif last is not None and last.value is not None:
+                    out[lane] = last.value
+                else:  # not the tracked signal, or a delta stored without its value (omit_delta_value)
+                    unknown.append((lane, version, tail))
+            if unknown:
+                out.update(await self._rebuild_all(unknown))
         return out, misnumbered
+
+    async def _rebuild_all(self, lanes: list[tuple[str, int, str]]) -> dict[str, str]:
+        """The texts of lanes whose last signal carries none: each rebuilt from the last
+        :data:`_RECENT` entries of its stream (one round trip for them all) when they end
+        at the tracked tail and hold a snapshot, else by :meth:`_rebuild`."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for lane, _, _ in lanes:
+                pipe.xrevrange(self.keys.signals(lane), count=_RECENT)
+            replies = await pipe.execute(raise_on_error=False)
+        out: dict[str, str] = {}
+        for (lane, version, tail), entries in zip(lanes, replies, strict=True):
+            value = _rebuilt_from(lane, version, tail, entries)
+            if value is None:
+                value = await self._rebuild(lane, version)
+            if value is not None:
+                out[lane] = value
+        return out
 
     async def _last_signals(self, lanes: list[tuple[str, int, str]]) -> list[Signal | None]:
         """Each lane's last signal when it is the entry the tracking names (by id)."""
@@ -120,6 +138,33 @@ class TrackingCache:
             return None
         versions = [s.version for s in (_signal_of(lane, entry) for entry in entries) if s is not None]
         return max(versions, default=None)
+
+
+#: How many of a stream's last entries :meth:`TrackingCache._rebuild_all` reads to find the
+#: snapshot a lane's last delta builds on (a chain is at most ``snapshot_every`` long, 20 by default).
+_RECENT = 32
+
+
+def _rebuilt_from(lane: str, version: int, tail: str, entries: Any) -> str | None:
+    """The text at ``version`` from a stream's last entries (newest first, ending at
+    ``tail``), rebuilt from the newest snapshot among them; ``None`` when they cannot tell."""
+    if not isinstance(entries, list) or not entries or entries[0][0] != tail:
+        return None
+    chain: list[tuple[str, Signal]] = []
+    for entry in entries:
+        signal = _signal_of(lane, entry)
+        if signal is None:
+            return None
+        chain.append((entry[0], signal))
+        if signal.mode == "snapshot":
+            break
+    else:
+        return None
+    try:
+        items = list(materialise(reversed(chain), verify=False, lane=lane))
+    except WmSignalsError:
+        return None
+    return items[-1].value if items and items[-1].signal.version == version else None
 
 
 def _signal_of(lane: str, entry: Any) -> Signal | None:

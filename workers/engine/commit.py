@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from signals.core.codec import encode_json
+from signals.core.codec import encode_signal
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, advance
 from signals.core.models import WriteEvent
 from signals.core.signing import Signer
@@ -272,7 +272,7 @@ def _emit(
     if signal is None:
         commit.stats.dedup_skips += 1
         return final
-    payload = encode_json(signal)
+    payload = encode_signal(signal)
     snapshot = signal.mode == "snapshot"
     commit.signals.append(payload)
     commit.macs.append(signer.mac(commit.lane, payload) if signer else "")
