@@ -102,6 +102,10 @@ SCRIPTS: Mapping[str, Script] = {
         "sig": ("type", "del", "xrevrange", "xadd", "xtrim", "xrange"),
         "snaps": ("type", "del", "rpush", "lrange", "ltrim")},
         reads={"doc": ("hmget",), "thread": ("hget",)}),
+    # KEYS: per lane: trk, sig, snaps (an idle lane trimmed to one snapshot, see workers.engine.compaction)
+    "compact": Script(("trk", "sig", "snaps"), {
+        "trk": ("type", "hmget", "hset"), "sig": ("type", "xrevrange", "xadd", "xtrim"),
+        "snaps": ("type", "del", "rpush")}),
     # KEYS: writes (read-only walk of a lane's event chain; a backlog's stretch read in chunks first)
     "chain": Script(("writes",), {"writes": ("xrange", "xrevrange")}),
     # KEYS: writes, dlq, fails
@@ -152,7 +156,7 @@ _SIGNAL_READS = {"sig": R("xread", "xrange", "xrevrange", "xlen"), "snaps": R("l
                  # a subscriber's one look at whether a worker serves its lane (signals.streams.served)
                  "writes": R("xinfo|consumers")}
 
-_WORKER = Role(("commit", "chain", "dead_letter", "leave", "claim"), {
+_WORKER = Role(("commit", "compact", "chain", "dead_letter", "leave", "claim"), {
     # consumer group on the write streams (leaving it at a graceful stop); trimming below the
     # oldest pending entry; TYPE: a partition whose key holds another type is skipped;
     # XSETID and XGROUP SETID: a stream run out of ids (a hand-made largest id) restarts;
@@ -164,8 +168,11 @@ _WORKER = Role(("commit", "chain", "dead_letter", "leave", "claim"), {
     "doc": R("hmget"),
     "thread": R("hget"),
     "trk": RW("hmget"),
-    # the tracking cache rebuilds a delta base from the last signal or the last snapshot on
-    "sig": R("xrevrange", "xrange"),
+    # the tracking cache rebuilds a delta base from the last signal or the last snapshot on;
+    # compaction reads the lanes' stream lengths
+    "sig": R("xrevrange", "xrange", "xlen"),
+    # compaction sweeps the lane registry
+    "lanes": R("sscan"),
     "snaps": R("lindex"),
     "fails": RW("hincrby"),
     # the namespace's partition count: recorded once, then checked

@@ -14,10 +14,10 @@ from signals.core.models import Signal
 from signals.errors import WmSignalsError
 from signals.streams.client import Client, lindex
 from signals.streams.keys import Keys
-from signals.streams.replay import iter_signals, materialise
+from signals.streams.replay import Materialised, iter_signals, materialise
 from workers.engine.faults import is_whole_server
 
-__all__ = ("TrackingCache",)
+__all__ = ("RECENT", "TrackingCache", "rebuilt_from")
 
 
 class TrackingCache:
@@ -44,6 +44,13 @@ class TrackingCache:
     def remember(self, lane: str, tracking: LaneTracking) -> None:
         """Cache a lane's tracking (with its text) after a successful commit."""
         self._lru.put(lane, tracking)
+
+    def compacted(self, lane: str, version: int, tail: str) -> None:
+        """A lane at ``version`` was compacted to one snapshot at ``tail`` (see
+        :mod:`workers.engine.compaction`): its cached tracking, if at that version, follows."""
+        cached = self._lru.peek(lane)
+        if cached is not None and cached.version == version:
+            self._lru.put(lane, msgspec.structs.replace(cached, tail=tail, mode="snapshot", since_snapshot=1))
 
     def forget(self, lane: str) -> None:
         """Drop a lane (its tracking moved under us)."""
@@ -85,15 +92,16 @@ class TrackingCache:
 
     async def _rebuild_all(self, lanes: list[tuple[str, int, str]]) -> dict[str, str]:
         """The texts of lanes whose last signal carries none: each rebuilt from the last
-        :data:`_RECENT` entries of its stream (one round trip for them all) when they end
+        :data:`RECENT` entries of its stream (one round trip for them all) when they end
         at the tracked tail and hold a snapshot, else by :meth:`_rebuild`."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for lane, _, _ in lanes:
-                pipe.xrevrange(self.keys.signals(lane), count=_RECENT)
+                pipe.xrevrange(self.keys.signals(lane), count=RECENT)
             replies = await pipe.execute(raise_on_error=False)
         out: dict[str, str] = {}
         for (lane, version, tail), entries in zip(lanes, replies, strict=True):
-            value = _rebuilt_from(lane, version, tail, entries)
+            item = rebuilt_from(lane, version, tail, entries)
+            value = item.value if item is not None else None
             if value is None:
                 value = await self._rebuild(lane, version)
             if value is not None:
@@ -142,12 +150,13 @@ class TrackingCache:
 
 #: How many of a stream's last entries :meth:`TrackingCache._rebuild_all` reads to find the
 #: snapshot a lane's last delta builds on (a chain is at most ``snapshot_every`` long, 20 by default).
-_RECENT = 32
+RECENT = 32
 
 
-def _rebuilt_from(lane: str, version: int, tail: str, entries: Any) -> str | None:
-    """The text at ``version`` from a stream's last entries (newest first, ending at
-    ``tail``), rebuilt from the newest snapshot among them; ``None`` when they cannot tell."""
+def rebuilt_from(lane: str, version: int, tail: str, entries: Any) -> Materialised | None:
+    """The signal at ``version`` with its text, from a stream's last entries (XREVRANGE's
+    reply: newest first, starting at ``tail``), rebuilt from the newest snapshot among
+    them; ``None`` when they cannot tell."""
     if not isinstance(entries, list) or not entries or entries[0][0] != tail:
         return None
     chain: list[tuple[str, Signal]] = []
@@ -164,7 +173,7 @@ def _rebuilt_from(lane: str, version: int, tail: str, entries: Any) -> str | Non
         items = list(materialise(reversed(chain), verify=False, lane=lane))
     except WmSignalsError:
         return None
-    return items[-1].value if items and items[-1].signal.version == version else None
+    return items[-1] if items and items[-1].signal.version == version else None
 
 
 def _signal_of(lane: str, entry: Any) -> Signal | None:

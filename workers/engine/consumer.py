@@ -46,6 +46,7 @@ from workers.engine.cache import TrackingCache
 from workers.engine.chains import ChainLinks, walk_chains
 from workers.engine.commit import BatchStats, LaneCommit, plan_lane, plan_steady, steady_check, steady_document
 from workers.engine.commit_call import run_commits
+from workers.engine.compaction import Compactor
 from workers.engine.counters import METRICS
 from workers.engine.dead_letters import DeadLetters
 from workers.engine.events import REQUEUED_FIELD, EventDecoder, printable, text
@@ -88,6 +89,10 @@ class Consumer(GroupReader):
         self._dead = DeadLetters(redis, keys, max_attempts=options.max_attempts, maxlen=options.dead_letter_maxlen)
         self._stream_partition = {s: p for p, s in enumerate(keys.all_writes())}
         self._events = EventDecoder(keys, options.tracking_cache)
+        index, count = options.shard
+        self.compactor = Compactor(
+            redis, keys, idle_ms=max(options.compact_after_ms, options.retention.age_ms), batch=options.compact_batch,
+            partitions=[p for p in range(keys.partitions) if p % count == index], signer=signer, cache=self._cache)
         #: Set when what was read ahead may be pending unread (a reply over the client's
         #: bound): the read loop then drains this consumer's pending entries.
         self.drain_needed = False

@@ -43,7 +43,8 @@ BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 #: worker keeps up, minutes for a backlog.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                    300.0, 1800.0)
-COUNTERS = ("dedup_skips", "commit_conflicts", "reclaimed_entries", "reconnects")
+COUNTERS = ("dedup_skips", "commit_conflicts", "reclaimed_entries", "reconnects", "lanes_compacted",
+            "compaction_entries_removed")
 
 
 def dead_letter_reason(error: str) -> str:

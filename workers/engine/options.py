@@ -38,3 +38,8 @@ class ConsumerOptions:
     #: processes of ``worker --processes N`` split the partitions, so that no two of them
     #: commit one lane at once); every partition by default.
     shard: tuple[int, int] = (0, 1)
+    #: A lane whose last signal is older than this (and than the retention's age) is
+    #: compacted to one snapshot by the maintenance (see :mod:`workers.engine.compaction`).
+    compact_after_ms: int = 86_400_000
+    #: Lanes the maintenance looks at per pass for compaction (0: no compaction).
+    compact_batch: int = 500

@@ -93,7 +93,9 @@ class MetricsCollector(Collector):
         helps = {"dedup_skips": "Signals not emitted because the cacheKey was unchanged.",
                  "commit_conflicts": "Lane commits refused because another worker committed the lane first.",
                  "reclaimed_entries": "Pending entries of idle consumers claimed (XAUTOCLAIM).",
-                 "reconnects": "Times a read loop got Redis back after losing it."}
+                 "reconnects": "Times a read loop got Redis back after losing it.",
+                 "lanes_compacted": "Idle lanes compacted to one snapshot by the maintenance.",
+                 "compaction_entries_removed": "Signal stream entries removed by compaction."}
         for name, value in zip(COUNTERS, take(len(COUNTERS)), strict=True):
             yield CounterMetricFamily(PREFIX + name, helps[name], value=value)
         yield _histogram("batch_duration_seconds", "Seconds to process one batch of write events.",

@@ -59,6 +59,11 @@ class Settings(BaseSettings):
     ``max_attempts``) is ``None`` unless set: the engine's defaults
     (:class:`workers.engine.options.ConsumerOptions`) apply, and lane shaping defaults to
     :class:`signals.core.lane.LaneOptions`' own.
+    Compaction (see :mod:`workers.engine.compaction`): a lane whose last signal is older
+    than ``compact_after`` (a duration as ``retain_age`` takes it; one day by default) and
+    than ``retain_age`` keeps one snapshot of its last version; the maintenance looks at
+    ``compact_batch`` lanes per pass (500 by default; 0: no compaction). ``omit_delta_value``
+    (true by default) leaves a delta's whole text out of its stream entry (readers rebuild it).
     Operations (see :mod:`workers.ops.health`, :mod:`workers.runtime.supervisor`): ``metrics_port``
     serves ``/metrics``, ``/livez`` and ``/readyz`` on ``metrics_addr`` (off by default;
     loopback unless told, containers pass ``0.0.0.0``); ``processes`` consumer processes
@@ -102,6 +107,8 @@ class Settings(BaseSettings):
     retain_signals: int = Field(DEFAULT_RETAIN_SIGNALS, ge=1)
     retain_age: timedelta | None = None
     omit_delta_value: bool = _LANE.omit_delta_value
+    compact_after: timedelta | None = None
+    compact_batch: int | None = Field(None, ge=0, le=100_000)
     max_diff_edits: int = Field(_LANE.max_diff_edits or 0, ge=0, le=100_000)
     batch: int | None = Field(None, ge=1, le=10_000)
     block_ms: int | None = Field(None, ge=1, le=60_000)  # a read blocks this long, and a stop waits for it
@@ -253,7 +260,17 @@ class Settings(BaseSettings):
     def _duration(cls, value: object) -> object:
         return _duration_setting(value)
 
-    @field_validator("retain_age", mode="after")
+    @field_validator("compact_after", mode="before")
+    @classmethod
+    def _compact_after(cls, value: object) -> object:
+        """A duration as ``retain_age`` takes it; zero (or empty) compacts every lane whose
+        last signal is older than the retention's age."""
+        if value is None:
+            return None
+        parsed = _duration_setting(value)
+        return timedelta(0) if parsed is None else parsed
+
+    @field_validator("retain_age", "compact_after", mode="after")
     @classmethod
     def _not_negative(cls, value: timedelta | None) -> timedelta | None:
         if value is not None and value < timedelta(0):

@@ -212,6 +212,7 @@ async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -
         try:
             await consumer.reclaim()
             await trim_write_streams(consumer.redis, consumer.keys)
+            await consumer.compactor.run_pass(round(time.time() * 1000))
         except redis_exc.RedisError as e:
             if not is_whole_server(e) and "WRONGTYPE" not in str(e):
                 raise
@@ -265,8 +266,11 @@ async def _deadline(stop: anyio.Event, scope: anyio.CancelScope, grace_s: float,
 
 def consumer_options(settings: Settings) -> ConsumerOptions:
     """The engine's options from ``settings``: what is not set keeps the engine's default."""
-    tuning = {name: value for name in ("batch", "block_ms", "claim_idle_ms", "max_attempts")
-              if (value := getattr(settings, name)) is not None}
+    tuning: dict[str, int] = {name: value for name in ("batch", "block_ms", "claim_idle_ms", "max_attempts",
+                                                       "compact_batch")
+                              if (value := getattr(settings, name)) is not None}
+    if settings.compact_after is not None:
+        tuning["compact_after_ms"] = round(settings.compact_after.total_seconds() * 1000)
     return ConsumerOptions(
         lane=LaneOptions(settings.policy, settings.snapshot_every, settings.omit_delta_value, settings.max_diff_edits,
                          token_counter(settings.token_counter)),
