@@ -28,15 +28,19 @@ import random
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
 
+from bench.bench_worker import BEFORE_MEMORY, ROOT, source_tree
+from bench.cpu import server_cpu_s
 from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace
 from signals.core.retention import DEFAULT_RETAIN_SIGNALS
 from signals.streams.client import Client, connect, queue_script
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import LaneRef, WorkingMemoryStore
+from workers.engine.compaction import Compactor
 from workers.runtime import connect as runtime
 from workers.runtime.embedded import RedisServer
 
@@ -224,42 +228,92 @@ async def _measure(url: str, keys: Keys, users: int, sample: int, seed: int) -> 
             "sampled_users": len(chosen)}
 
 
-def run(users: int = 5_000, sample: int = 500, seed: int = 7) -> dict[str, Any]:
-    """Write ``users`` profiles and plans (2 lanes each) through a worker; measure memory."""
+#: The share of users who wrote in the last day in the projected population: their lanes
+#: are active (default retention), the others' idle (compacted).
+ACTIVE_SHARE = 0.1
+KINDS = ("doc", "trk", "sig", "snaps", "thread")
+
+
+def _scenario(users: int, sample: int, seed: int, tree: Path, *, compact: bool) -> dict[str, Any]:
+    """One run of the workload with the worker of source tree ``tree`` (default settings);
+    with ``compact``, every lane is then compacted (this tree's compaction, every lane
+    taken as idle) and measured again."""
     with RedisServer() as server:
         keys = Keys("mem", 16)
         redis_before = runtime.run(_baseline, server.url)
-        env = {**os.environ, "WM_SIGNALS_LOG_LEVEL": "warning"}
-        env = {k: v for k, v in env.items() if not k.startswith("WM_SIGNALS_") or k == "WM_SIGNALS_LOG_LEVEL"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WM_SIGNALS_")}
+        env |= {"WM_SIGNALS_LOG_LEVEL": "warning", "PYTHONPATH": str(tree)}
         worker = subprocess.Popen([sys.executable, "-m", "workers", "worker", "--redis-url", server.url,
                                    "--namespace", keys.namespace, "--partitions", str(keys.partitions)],
-                                  env=env, stderr=subprocess.DEVNULL)
+                                  env=env, cwd=tree, stderr=subprocess.DEVNULL)
         try:
             started = time.perf_counter()
             writes = _write_in_processes(server.url, keys, users, seed, WRITERS)
             write_s = time.perf_counter() - started
             runtime.run(_caught_up, server.url, keys, 600.0)
-            m = runtime.run(_measure, server.url, keys, users, sample, seed)
+            active = runtime.run(_measure, server.url, keys, users, sample, seed)
         finally:
             worker.terminate()
             worker.wait(30)
-    lanes = 2 * users
-    per_lane = {scope: sum(table.values()) for scope, table in m["per_kind"].items()}
-    shared = sum(m["partition"].values())
-    per_user = per_lane["profile"] + per_lane["plan"] + 2 * shared
-    steady_user = per_user
-    steady: dict[str, float] = {}
+        out = {"writes": writes, "write_s": write_s, "active": _lanes(active, users, redis_before)}
+        if compact:
+            out["compaction"] = runtime.run(_compact_all, server.url, keys, 2 * users)
+            out["idle"] = _lanes(runtime.run(_measure, server.url, keys, users, sample, seed), users, redis_before)
+    return out
+
+
+async def _compact_all(url: str, keys: Keys, lanes: int) -> dict[str, float]:
+    """Compact every lane (the worker's own compaction, passes of its default batch, every
+    lane taken as idle); returns lanes per second and the Redis server's CPU per lane."""
+    redis = connect(url)
+    compactor = Compactor(redis, keys, idle_ms=0, batch=500, partitions=range(keys.partitions))
+    cpu = await server_cpu_s(redis)
+    started = time.perf_counter()
+    while compactor.partitions_swept < keys.partitions:  # one whole sweep of the lane registry
+        await compactor.run_pass(round(time.time() * 1000) + 1000)
+    elapsed = time.perf_counter() - started
+    cpu = await server_cpu_s(redis) - cpu
+    await redis.aclose()
+    done = compactor.stats.compacted
+    return {"lanes": lanes, "compacted": done, "snapshots": compactor.stats.snapshots,
+            "removed": compactor.stats.removed, "seconds": elapsed, "lanes_per_s": done / elapsed,
+            "redis_cpu_us_per_lane": cpu / max(done, 1) * 1e6}
+
+
+def _lanes(m: dict[str, Any], users: int, redis_before: int) -> dict[str, Any]:
+    """Bytes per lane (measured and, for lanes written past their retention, projected),
+    per user, and the cross-check by ``used_memory``."""
+    per_lane = {scope: sum(table.values()) + sum(m["partition"].values()) for scope, table in m["per_kind"].items()}
+    steady_lane: dict[str, float] = {}
+    steady_signals: dict[str, float] = {}
     for scope in ("profile", "plan"):
         held = m["signals"][scope]
         chain = min(SNAPSHOT_EVERY, held / max(m["snapshots"][scope], 1))  # the lane's mean chain length
-        steady[scope] = DEFAULT_RETAIN_SIGNALS + chain - 1
-        steady_user += m["per_kind"][scope]["sig"] / max(held, 1) * (steady[scope] - held)
-    return {"users": users, "lanes": lanes, "writes": writes, "write_s": write_s, "sampled_users": m["sampled_users"],
-            "per_kind": m["per_kind"], "signals": m["signals"], "snapshots": m["snapshots"], "text": m["text"],
-            "partition": m["partition"],
-            "per_lane": per_lane, "shared_per_lane": shared, "per_user": per_user,
-            "used_delta_per_user": (m["used_after"] - redis_before) / users,
-            "steady_signals": steady, "steady_per_user": steady_user}
+        steady_signals[scope] = max(held, DEFAULT_RETAIN_SIGNALS + chain - 1)
+        per_signal = m["per_kind"][scope]["sig"] / max(held, 1)
+        steady_lane[scope] = per_lane[scope] + per_signal * (steady_signals[scope] - held)
+    return {**m, "per_lane": per_lane, "per_user": per_lane["profile"] + per_lane["plan"],
+            "used_per_user": (m["used_after"] - redis_before) / users,
+            "steady_signals": steady_signals, "steady_lane": steady_lane,
+            "steady_user": steady_lane["profile"] + steady_lane["plan"]}
+
+
+def run(users: int = 5_000, sample: int = 500, seed: int = 7) -> dict[str, Any]:
+    """The workload with the worker from before issue 33 (the baseline, when its commit is
+    in this clone) and with this tree's, compacted afterwards: bytes per active and idle
+    lane, per user, and per 1M users of whom :data:`ACTIVE_SHARE` wrote in the last day."""
+    out: dict[str, Any] = {"users": users, "lanes": 2 * users, "sampled_users": min(sample, users)}
+    with source_tree(BEFORE_MEMORY, "before-memory-mem") as (tree, skipped):
+        out["before"] = None if tree is None else _scenario(users, sample, seed, tree, compact=False)
+        out["before_skipped"] = skipped
+    out["now"] = _scenario(users, sample, seed, ROOT, compact=True)
+    for name in ("before", "now"):
+        r = out[name]
+        if r is None:
+            continue
+        idle = r["idle"]["per_user"] if "idle" in r else r["active"]["steady_user"]  # no compaction: history stays
+        r["per_million_gib"] = (ACTIVE_SHARE * r["active"]["steady_user"] + (1 - ACTIVE_SHARE) * idle) * 1e6 / 2**30
+    return out
 
 
 async def _baseline(url: str) -> int:
@@ -269,31 +323,62 @@ async def _baseline(url: str) -> int:
     return used
 
 
+def _kind_row(name: str, text: float, lane: dict[str, Any], scope: str) -> str:
+    table = lane["per_kind"][scope]
+    cells = " | ".join(f"{table[k]:,.0f}" if k in table else "-" for k in KINDS)
+    per_signal = table["sig"] / max(lane["signals"][scope], 1)
+    return (f"| {name} | {text:,.0f} | {lane['signals'][scope]:.1f} | {per_signal:,.0f} | {cells} | "
+            f"{sum(lane['partition'].values()):,.0f} | {lane['per_lane'][scope]:,.0f} |")
+
+
 def report(r: dict[str, Any]) -> list[str]:
     """The result as Markdown lines (``make bench`` and ``main``)."""
-    kinds = ("doc", "trk", "sig", "snaps", "thread")
-    out = ["| lane | text B | signals held (snapshots) | sig B per signal | " + " | ".join(kinds)
+    now, before = r["now"], r["before"]
+    out = ["| lane, run | text B | signals held | sig B per signal | " + " | ".join(KINDS)
            + " | partition keys (share) | bytes per lane |",
-           "|---|---:|---:|---:|" + "---:|" * len(kinds) + "---:|---:|"]
+           "|---|---:|---:|---:|" + "---:|" * len(KINDS) + "---:|---:|"]
+    for scope, name in (("profile", "Markdown profile"), ("plan", "JSON plan")):
+        text = now["active"]["text"][scope]
+        if before is not None:
+            out.append(_kind_row(f"{name}, before (baseline)", text, before["active"], scope))
+        out.append(_kind_row(f"{name}, active", text, now["active"], scope))
+        out.append(_kind_row(f"{name}, idle (compacted)", text, now["idle"], scope))
+    out += ["", "| per lane | text B | active at default retention (x text; target <= 12x) | "
+            "idle, compacted (target <= 3x text + 1 KB) | before: at default retention (x text) |",
+            "|---|---:|---:|---:|---:|"]
     for scope, name in (("profile", "Markdown profile (resource)"), ("plan", "JSON plan (thread)")):
-        table = r["per_kind"][scope]
-        cells = " | ".join(f"{table[k]:,.0f}" if k in table else "-" for k in kinds)
-        per_signal = table["sig"] / max(r["signals"][scope], 1)
-        out.append(f"| {name} | {r['text'][scope]:,.0f} | {r['signals'][scope]:.1f} ({r['snapshots'][scope]:.1f}) | "
-                   f"{per_signal:,.0f} | {cells} | {r['shared_per_lane']:,.0f} | "
-                   f"{r['per_lane'][scope] + r['shared_per_lane']:,.0f} |")
-    per_user, used = r["per_user"], r["used_delta_per_user"]
-    out += ["", f"Per user (one profile and one plan): {per_user:,.0f} B by MEMORY USAGE, {used:,.0f} B by "
-            f"INFO used_memory (delta over the run / users; {used / per_user:.2f}x); "
-            f"**per 1M users: {per_user * 1e6 / 2**30:.1f} GiB** ({used * 1e6 / 2**30:.1f} GiB by used_memory). "
-            f"Steady state (a projection from the measured bytes per signal: a lane written long past its "
-            f"retention of {DEFAULT_RETAIN_SIGNALS} holds about retain_signals + its mean chain length - 1 signals "
-            f"on average, here {r['steady_signals']['profile']:.0f} for a profile and "
-            f"{r['steady_signals']['plan']:.0f} for a plan): {r['steady_per_user']:,.0f} B per user, "
-            f"{r['steady_per_user'] * 1e6 / 2**30:.1f} GiB per 1M users.",
-            "", f"{r['users']:,} users ({r['lanes']:,} lanes), {r['writes']:,} writes in {r['write_s']:.0f} s through "
-            f"the write script and one worker; MEMORY USAGE (SAMPLES 0) over every key of {r['sampled_users']:,} "
-            "users' lanes; partition keys: write streams (trimmed), lane registry."]
+        text = now["active"]["text"][scope]
+        active, idle = now["active"]["steady_lane"][scope], now["idle"]["per_lane"][scope]
+        old = f"{before['active']['steady_lane'][scope]:,.0f} ({before['active']['steady_lane'][scope] / text:.1f}x)" \
+            if before is not None else "-"
+        out.append(f"| {name} | {text:,.0f} | {active:,.0f} ({active / text:.1f}x) | {idle:,.0f} "
+                   f"(limit {3 * text + 1024:,.0f}: {'met' if idle <= 3 * text + 1024 else 'NOT met'}) | {old} |")
+    c = now["compaction"]
+    out += ["", "| per user (profile + plan) | active, after the run | active, steady state | idle (compacted) | "
+            f"**per 1M users, {ACTIVE_SHARE:.0%} wrote in the last day** |", "|---|---:|---:|---:|---:|"]
+    if before is not None:
+        b = before["active"]
+        out.append(f"| before (baseline: {BEFORE_MEMORY[:7]}, no compaction) | {b['per_user']:,.0f} | "
+                   f"{b['steady_user']:,.0f} | {b['steady_user']:,.0f} (history stays) | "
+                   f"{before['per_million_gib']:.1f} GiB |")
+    a = now["active"]
+    out.append(f"| this tree | {a['per_user']:,.0f} | {a['steady_user']:,.0f} | {now['idle']['per_user']:,.0f} | "
+               f"**{now['per_million_gib']:.1f} GiB** (target <= 12 GiB) |")
+    ratio = f"; {before['per_million_gib'] / now['per_million_gib']:.1f}x less than before" if before else ""
+    out += ["", f"Projection: {ACTIVE_SHARE:.0%} of users at their active steady state (a lane written long past its "
+            f"retention of {DEFAULT_RETAIN_SIGNALS} holds about retain_signals + its mean chain length - 1 signals, "
+            "projected from the measured bytes per signal) and the rest at their compacted size"
+            f"{ratio}. Cross-check by INFO used_memory (delta over the run / users): before "
+            + (f"{before['active']['used_per_user']:,.0f} B" if before else "-")
+            + f", active {a['used_per_user']:,.0f} B, idle {now['idle']['used_per_user']:,.0f} B per user.",
+            "", f"Compaction of all {c['lanes']:,} lanes (the worker's own passes of 500 lanes, one script call "
+            f"per partition and 64 lanes): {c['compacted']:,} compacted ({c['snapshots']:,} needed a new snapshot of "
+            f"their last delta), {c['removed']:,} signal entries removed, **{c['lanes_per_s']:,.0f} lanes/s**, "
+            f"Redis CPU {c['redis_cpu_us_per_lane']:,.0f} us per lane.",
+            "", f"{r['users']:,} users ({r['lanes']:,} lanes), {now['writes']:,} writes per run through the write "
+            f"script and one worker with default settings; MEMORY USAGE (SAMPLES 0) over every key of "
+            f"{r['sampled_users']:,} users' lanes; partition keys: write streams (trimmed), lane registry."
+            + (f" Baseline skipped: {r['before_skipped']}." if before is None else "")]
     return out
 
 

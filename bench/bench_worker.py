@@ -11,6 +11,9 @@ redis-server for every measurement, then timed:
 - the pre-validation worker (commit :data:`PRE_VALIDATION`, the parent of "Worker trusts
   nothing it reads"), extracted with ``git archive`` and run the same way from its own
   tree (skipped, with the reason, when git or that commit is not available);
+- the worker from before the slimmer signals and compaction (commit :data:`BEFORE_MEMORY`,
+  issue 33: deltas carried their whole text, snapshots it twice), run the same way: the
+  hot path must not slow down (target >= 0.95x);
 - a minimal Python loop with no semantics over the same entries (read a batch, XADD each
   entry to one output stream, XACK);
 - optionally ``redis-benchmark`` XADD with pipelining 16 (the server's raw append rate).
@@ -50,6 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The last commit before the worker validated what it reads (``git log``: the parent of
 #: aaf01cf "Worker trusts nothing it reads"): what the validation's cost is measured against.
 PRE_VALIDATION = "ae638ab6307c656a6294c804319f5bced191e0a5"
+#: The last commit before the slimmer signals and compaction (issue 33): the memory work's
+#: throughput baseline.
+BEFORE_MEMORY = "9ea402b0974e462731104783baf4b11dbeaf8670"
 _RESULT = "BENCH-RESULT "
 
 #: Run in a child process with ``cwd`` = a source tree: that tree's worker drains the
@@ -202,19 +208,19 @@ def _redis_benchmark(port: int, requests: int) -> float | None:
 
 
 @contextmanager
-def _pre_validation_tree() -> Iterator[tuple[Path | None, str]]:
-    """The pre-validation commit's tree, extracted to a temporary directory, or ``None``
-    and why it cannot be (no git, a clone without that history)."""
+def source_tree(commit: str, label: str) -> Iterator[tuple[Path | None, str]]:
+    """The tree of ``commit``, extracted to a temporary directory, or ``None`` and why it
+    cannot be (no git, a clone without that history)."""
     git = shutil.which("git")
     if git is None:
         yield None, "git is not installed"
         return
-    with tempfile.TemporaryDirectory(prefix="wm-bench-prevalidation-") as tmp:
-        archive = subprocess.run([git, "-C", str(ROOT), "archive", PRE_VALIDATION],
+    with tempfile.TemporaryDirectory(prefix=f"wm-bench-{label}-") as tmp:
+        archive = subprocess.run([git, "-C", str(ROOT), "archive", commit],
                                  capture_output=True, check=False, timeout=120)
         if archive.returncode != 0:
             reason = archive.stderr.decode(errors="replace").strip().splitlines()
-            yield None, f"commit {PRE_VALIDATION[:7]} is not in this clone's history ({' '.join(reason)[:120]})"
+            yield None, f"commit {commit[:7]} is not in this clone's history ({' '.join(reason)[:120]})"
             return
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True, timeout=120)
         yield Path(tmp), ""
@@ -226,21 +232,23 @@ def run(writes: int = 100_000, lanes: int = 1_000, rounds: int = 3) -> dict[str,
     of the host's load does not favour one); returns medians and the per-round ratios'
     medians, of events/s and of CPU (worker process plus Redis server) per event."""
     keys = Keys("bench", 16)
-    runs: dict[str, list[dict[str, Any]]] = {"worker": [], "pre": [], "minimal": []}
+    runs: dict[str, list[dict[str, Any]]] = {"worker": [], "pre": [], "before": [], "minimal": []}
     raw = None
-    with _pre_validation_tree() as (old_tree, skipped):
-        contenders = ["minimal", *(["pre"] if old_tree is not None else []), "worker"]
+    with (source_tree(PRE_VALIDATION, "prevalidation") as (old_tree, skipped),
+          source_tree(BEFORE_MEMORY, "before-memory") as (memory_tree, memory_skipped)):
+        trees = {"pre": old_tree, "before": memory_tree, "worker": ROOT}
+        contenders = ["minimal", *(name for name in ("pre", "before") if trees[name] is not None), "worker"]
         for n in range(rounds):
             for name in contenders if n % 2 == 0 else contenders[::-1]:
                 with _backlog(keys, writes, lanes) as server:
-                    if name == "minimal":
+                    tree = trees.get(name)
+                    if tree is None:
                         runs[name].append(runtime.run(_minimal, server.url, keys, writes))
                     else:
-                        tree = old_tree if name == "pre" and old_tree is not None else ROOT
                         runs[name].append(_worker(tree, server.url, keys, writes))
                     if name == "worker" and raw is None:
                         raw = _redis_benchmark(server.port, max(writes, 10_000))
-    worker, pre, minimal = runs["worker"], runs["pre"], runs["minimal"]
+    worker, pre, minimal, before = runs["worker"], runs["pre"], runs["minimal"], runs["before"]
 
     def ratio(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> float | None:
         return statistics.median(x[key] / y[key] for x, y in zip(a, b, strict=True)) if b else None
@@ -258,6 +266,10 @@ def run(writes: int = 100_000, lanes: int = 1_000, rounds: int = 3) -> dict[str,
             # CPU per event, the pre-validation worker's over this one's: > 1 when this one costs less
             "cpu_ratio_pre_validation": ratio(pre, worker, "cpu_us"),
             "pre_validation_skipped": skipped, "pre_validation_commit": PRE_VALIDATION[:7],
+            "before_memory_eps": median(before, "eps"), "ratio_before_memory": ratio(worker, before, "eps"),
+            "before_memory_cpu_us": median(before, "cpu_us"),
+            "cpu_ratio_before_memory": ratio(before, worker, "cpu_us"),
+            "before_memory_skipped": memory_skipped, "before_memory_commit": BEFORE_MEMORY[:7],
             "per_round": [(w["eps"], p["eps"] if pre else None, m["eps"])
                           for w, p, m in zip(worker, pre or [{}] * rounds, minimal, strict=True)],
             "redis_benchmark_xadd_p16": raw, "signals": stats["signals"], "deltas": stats["deltas"],
@@ -283,6 +295,12 @@ def main() -> None:
               f"minimal loop {r['minimal_cpu_us']:.1f} us")
     else:
         print(f"pre-validation worker: skipped ({r['pre_validation_skipped']})")
+    if r["before_memory_eps"] is not None:
+        print(f"worker before issue 33 ({r['before_memory_commit']}): {r['before_memory_eps']:>10,.0f} events/s   "
+              f"worker/before = {r['ratio_before_memory']:.2f}x (target >= 0.95x); CPU per event "
+              f"{r['before_memory_cpu_us']:.1f} us (before/worker = {r['cpu_ratio_before_memory']:.2f}x)")
+    else:
+        print(f"worker before issue 33: skipped ({r['before_memory_skipped']})")
     print(f"minimal loop:  {r['minimal_eps']:>10,.0f} events/s   worker/minimal = {r['ratio']:.2f}x")
     for n, (worker, old, minimal) in enumerate(r["per_round"], 1):
         old_text = f"{old:,.0f} ({worker / old:.2f}x)" if old else "-"

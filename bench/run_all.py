@@ -105,6 +105,10 @@ def main() -> None:
         out(f"| pre-validation worker ({w['pre_validation_commit']}) | {w['pre_validation_eps']:,.0f} | "
             f"worker = {w['ratio_pre_validation']:.2f}x; CPU/event {w['worker_cpu_us']:.1f} us against "
             f"{w['pre_validation_cpu_us']:.1f} us |")
+    if w["before_memory_eps"] is not None:  # the worker before the slimmer signals and compaction (issue 33)
+        out(f"| worker before issue 33 ({w['before_memory_commit']}) | {w['before_memory_eps']:,.0f} | "
+            f"worker = {w['ratio_before_memory']:.2f}x (target >= 0.95x); CPU/event {w['worker_cpu_us']:.1f} us "
+            f"against {w['before_memory_cpu_us']:.1f} us |")
     if w["redis_benchmark_xadd_p16"]:
         out(f"| redis-benchmark XADD -P 16 | {w['redis_benchmark_xadd_p16']:,.0f} | "
             f"{w['worker_eps'] / w['redis_benchmark_xadd_p16']:.2f}x (worker/raw) |")

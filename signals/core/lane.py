@@ -42,6 +42,7 @@ DOCUMENT_FIELDS = ("data", "version", "format", "scope", "eid")
 HEAD_FIELDS = ("version", "eid", "format")
 _CACHE_KEY = re.compile(r"sha256:[0-9a-f]{64}")
 _KEY_ID = re.compile(r"([0-9a-f]{16})?")  # empty: unsigned, or not recorded
+_CK_PREFIX = "sha256:"
 _U64_DIGITS = 20  # 2**64 - 1 has 20 digits
 _LANE_SCOPE = {"r:": "resource", "t:": "thread"}
 
@@ -130,6 +131,8 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
         write_version = parse_version(raw["wv"] or "0", f"{where} field wv")
         since = parse_version(raw["n"] or "0", f"{where} field n")
         ck, mode, tail, we = raw["ck"] or "", raw["mode"] or "", raw["tail"] or "", raw["we"] or ""
+        if ck and not ck.startswith(_CK_PREFIX):  # stored without its constant prefix (see fields)
+            ck = _CK_PREFIX + ck
         if version and not _CACHE_KEY.fullmatch(ck):
             raise CorruptDataError(f"{where} field ck is {ck[:80]!r}, not a cacheKey")
         if mode not in (("snapshot", "delta") if version else ("",)):
@@ -145,8 +148,14 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
     def fields(self) -> list[str | int]:
         """The tracking hash as the commit script stores it, as HSET's name/value pairs, but
         for ``tail`` (the script adds the id of the last signal it appended). ``value`` is
-        not stored: it is the last signal's ``value``, so Redis holds each text once."""
-        return ["v", self.version, "ck", self.cache_key, "mode", self.mode, "wv", self.write_version,
+        not stored: it is the last signal's ``value``, so Redis holds each text once.
+
+        The cacheKey is stored without its ``sha256:`` prefix: 64 characters, so that the
+        hash keeps Redis's compact encoding (a listpack holds values of up to
+        ``hash-max-listpack-value``, 64 bytes by default; one longer value turns the whole
+        hash into a hash table, about 400 bytes more per lane). :meth:`parse` takes both."""
+        ck = self.cache_key[len(_CK_PREFIX):] if self.cache_key.startswith(_CK_PREFIX) else self.cache_key
+        return ["v", self.version, "ck", ck, "mode", self.mode, "wv", self.write_version,
                 "n", self.since_snapshot, "we", self.write_event, "kid", self.key_id]
 
 

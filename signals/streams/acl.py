@@ -104,8 +104,8 @@ SCRIPTS: Mapping[str, Script] = {
         reads={"doc": ("hmget",), "thread": ("hget",)}),
     # KEYS: per lane: trk, sig, snaps (an idle lane trimmed to one snapshot, see workers.engine.compaction)
     "compact": Script(("trk", "sig", "snaps"), {
-        "trk": ("type", "hmget", "hset"), "sig": ("type", "xrevrange", "xadd", "xtrim"),
-        "snaps": ("type", "del", "rpush")}),
+        "trk": ("type", "hmget", "hset"), "sig": ("type", "xrevrange", "xadd", "xtrim", "dump", "restore"),
+        "snaps": ("type", "del")}),
     # KEYS: writes (read-only walk of a lane's event chain; a backlog's stretch read in chunks first)
     "chain": Script(("writes",), {"writes": ("xrange", "xrevrange")}),
     # KEYS: writes, dlq, fails

@@ -294,6 +294,6 @@ async def test_tracking_read_of_a_lane_moved_and_trimmed_meanwhile_is_retried(
     cache = TrackingCache(redis, keys, capacity=10)
     [(tail, _)] = await redis.xrevrange(keys.signals("r:moved"), count=1)
     assert tail == tails[2]
-    assert await cache.values_for({"r:moved": (1, tails[0])}) == ({}, {})
-    assert await cache.values_for({"r:moved": (1, tail)}) == ({}, {"r:moved": 3})
-    assert await cache.values_for({"r:moved": (3, tail)}) == ({"r:moved": "# three"}, {})
+    assert await cache.values_for({"r:moved": (1, tails[0], 1)}) == ({}, {})
+    assert await cache.values_for({"r:moved": (1, tail, 1)}) == ({}, {"r:moved": 3})
+    assert await cache.values_for({"r:moved": (3, tail, 1)}) == ({"r:moved": "# three"}, {})

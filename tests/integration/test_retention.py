@@ -249,7 +249,7 @@ async def test_a_stream_cut_to_deltas_only_starts_at_the_next_snapshot(
     (``omit_delta_value``, the default) version 11's text cannot be rebuilt, so version 12
     is a snapshot."""
     url, lane = redis_server.url, "r:u"
-    options = {"snapshot_every": 4, "retain_signals": 50, "omit_delta_value": omit}
+    options: dict[str, Any] = {"snapshot_every": 4, "retain_signals": 50, "omit_delta_value": omit}
     await _write(url, redis, keys, [_doc(n) for n in range(11)], **options)
     await redis.xtrim(keys.signals(lane), maxlen=2, approximate=False)  # versions 10..11: deltas
     await redis.lpush(keys.snapshots(lane), "junk")

@@ -56,10 +56,15 @@ class TrackingCache:
         """Drop a lane (its tracking moved under us)."""
         self._lru.discard(lane)
 
-    async def values_for(self, lanes: dict[str, tuple[int, str]]) -> tuple[dict[str, str], dict[str, int]]:
-        """The text at the given signal version of each lane, given as ``(version, tail id)``,
-        and the lanes whose tracking names its stream's last entry but at another version
-        than that signal's (lane -> the signal's version: the tracking's ``v`` is wrong).
+    async def values_for(self, lanes: dict[str, tuple[int, str, int]]) -> tuple[dict[str, str], dict[str, int]]:
+        """The text at the given signal version of each lane, given as ``(version, tail id,
+        signals since the snapshot)`` (the tracking's ``v``, ``tail`` and ``n``), and the
+        lanes whose tracking names its stream's last entry but at another version than that
+        signal's (lane -> the signal's version: the tracking's ``v`` is wrong).
+
+        One round trip reads each lane's last ``n`` entries (at most :data:`RECENT`): the
+        last signal's ``value``, or (a delta stored without it: ``omit_delta_value``) the
+        chain from the snapshot before it rebuilds the text.
 
         A lane is left out of the texts when its text cannot be established from its stream
         (a junk or foreign tail, a trimmed or deleted stream): the caller then emits a
@@ -68,57 +73,33 @@ class TrackingCache:
         """
         out: dict[str, str] = {}
         misnumbered: dict[str, int] = {}
-        missing: list[tuple[str, int, str]] = []
-        for lane, (version, tail) in lanes.items():
+        missing: list[tuple[str, int, str, int]] = []
+        for lane, (version, tail, since) in lanes.items():
             if version == 0:
                 continue
             cached = self._lru.peek(lane)
             if cached is not None and cached.version == version and cached.value is not None:
                 out[lane] = cached.value
             else:
-                missing.append((lane, version, tail))
-        if missing:
-            unknown: list[tuple[str, int, str]] = []
-            for (lane, version, tail), last in zip(missing, await self._last_signals(missing), strict=True):
-                if last is not None and last.version != version:
-                    misnumbered[lane] = last.version
-                elif last is not None and last.value is not None:
-                    out[lane] = last.value
-                else:  # not the tracked signal, or a delta stored without its value (omit_delta_value)
-                    unknown.append((lane, version, tail))
-            if unknown:
-                out.update(await self._rebuild_all(unknown))
-        return out, misnumbered
-
-    async def _rebuild_all(self, lanes: list[tuple[str, int, str]]) -> dict[str, str]:
-        """The texts of lanes whose last signal carries none: each rebuilt from the last
-        :data:`RECENT` entries of its stream (one round trip for them all) when they end
-        at the tracked tail and hold a snapshot, else by :meth:`_rebuild`."""
+                missing.append((lane, version, tail, since))
+        if not missing:
+            return out, misnumbered
         async with self.redis.pipeline(transaction=False) as pipe:
-            for lane, _, _ in lanes:
-                pipe.xrevrange(self.keys.signals(lane), count=RECENT)
+            for lane, _, _, since in missing:
+                pipe.xrevrange(self.keys.signals(lane), count=min(max(since, 1), RECENT))
             replies = await pipe.execute(raise_on_error=False)
-        out: dict[str, str] = {}
-        for (lane, version, tail), entries in zip(lanes, replies, strict=True):
-            item = rebuilt_from(lane, version, tail, entries)
-            value = item.value if item is not None else None
-            if value is None:
+        for (lane, version, tail, _), entries in zip(missing, replies, strict=True):
+            named = isinstance(entries, list) and entries and entries[0][0] == tail
+            last = _signal_of(lane, entries[0]) if named else None
+            if last is not None and last.version != version:
+                misnumbered[lane] = last.version
+                continue
+            value = _value_from(lane, version, tail, last, entries)
+            if value is None:  # not the tracked signal, or a chain longer than what was read
                 value = await self._rebuild(lane, version)
             if value is not None:
                 out[lane] = value
-        return out
-
-    async def _last_signals(self, lanes: list[tuple[str, int, str]]) -> list[Signal | None]:
-        """Each lane's last signal when it is the entry the tracking names (by id)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for lane, _, _ in lanes:
-                pipe.xrevrange(self.keys.signals(lane), count=1)
-            replies = await pipe.execute(raise_on_error=False)
-        signals: list[Signal | None] = []
-        for (lane, _, tail), entries in zip(lanes, replies, strict=True):
-            named = isinstance(entries, list) and entries and entries[0][0] == tail
-            signals.append(_signal_of(lane, entries[0]) if named else None)
-        return signals
+        return out, misnumbered
 
     async def _rebuild(self, lane: str, version: int) -> str | None:
         """The text at ``version``, materialised from the last snapshot at or before it;
@@ -148,9 +129,18 @@ class TrackingCache:
         return max(versions, default=None)
 
 
-#: How many of a stream's last entries :meth:`TrackingCache._rebuild_all` reads to find the
+#: How many of a stream's last entries :meth:`TrackingCache.values_for` reads at most to find the
 #: snapshot a lane's last delta builds on (a chain is at most ``snapshot_every`` long, 20 by default).
 RECENT = 32
+
+
+def _value_from(lane: str, version: int, tail: str, last: Signal | None, entries: Any) -> str | None:
+    """The text after ``last`` (the stream's last entry, at ``version``): its own ``value``,
+    or (a delta stored without it) rebuilt from the entries read before it."""
+    if last is None or last.value is not None:
+        return None if last is None else last.value
+    item = rebuilt_from(lane, version, tail, entries)
+    return item.value if item is not None else None
 
 
 def rebuilt_from(lane: str, version: int, tail: str, entries: Any) -> Materialised | None:

@@ -95,6 +95,12 @@ class Compactor:
         self._turn = 0  # index into partitions of the one being swept
         self._cursor = 0  # its SSCAN cursor
 
+    @property
+    def partitions_swept(self) -> int:
+        """How many partition sweeps the passes have completed (a whole sweep of every
+        partition once this reaches ``len(partitions)``)."""
+        return self._turn
+
     async def run_pass(self, now_ms: int) -> CompactStats:
         """Look at up to ``batch`` lanes (continuing the sweep where the last pass left it)
         and compact those idle since ``now_ms - idle_ms``."""
@@ -109,7 +115,7 @@ class Compactor:
             self._cursor = int(cursor)
             if self._cursor == 0:  # this partition's sweep is done: the next pass starts the next one
                 self._turn += 1
-            lanes = [m for m in members if self._is_lane_of(m, partition)]
+            lanes = [m for m in members if isinstance(m, str) and self._is_lane_of(m, partition)]
             stats.skipped += len(members) - len(lanes)
             stats.scanned += len(members)
             budget -= len(members)
@@ -132,17 +138,7 @@ class Compactor:
         return self.keys.partition(member) == partition
 
     async def _compact(self, lanes: list[str], cutoff_ms: int, stats: CompactStats) -> None:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for lane in lanes:
-                trk, sig, _ = self.keys.worker_keys(lane)
-                pipe.hmget(trk, "v", "wv", "tail", "mode")
-                pipe.xlen(sig)
-            replies = await pipe.execute(raise_on_error=False)
-        candidates: list[_Candidate] = []
-        for lane, fields, length in zip(lanes, replies[0::2], replies[1::2], strict=True):
-            candidate = _candidate(lane, fields, length, cutoff_ms)
-            if candidate is not None:
-                candidates.append(candidate)
+        candidates = await self._candidates(lanes, cutoff_ms)
         if not candidates:
             return
         snapshots = await self._snapshots([c for c in candidates if c.delta])
@@ -150,13 +146,13 @@ class Compactor:
         keys: list[str] = []
         chosen: list[_Candidate] = []
         for c in candidates:
-            text = snapshots.get(c.lane, "") if c.delta else ""
-            if c.delta and not text:
+            payload = snapshots.get(c.lane, "") if c.delta else ""
+            if c.delta and not payload:
                 stats.skipped += 1
                 continue
             v, wv, tail = c.fields
-            mac = self.signer.mac(c.lane, text) if self.signer and text else ""
-            plan.append({"v": v, "wv": wv, "tail": tail, "snapshot": text, "mac": mac})
+            mac = self.signer.mac(c.lane, payload) if self.signer and payload else ""
+            plan.append({"v": v, "wv": wv, "tail": tail, "snapshot": payload, "mac": mac})
             keys += self.keys.worker_keys(c.lane)
             chosen.append(c)
         if not plan:
@@ -170,17 +166,33 @@ class Compactor:
             stats.skipped += len(chosen)
             return
         for c, status in zip(chosen, statuses, strict=True):
-            if status[0] == "ok":
-                stats.compacted += 1
-                stats.snapshots += c.delta
-                stats.removed += int(status[2])
-                if self.cache is not None:
-                    self.cache.compacted(c.lane, int(c.fields[0]), status[1])
-            elif status[0] == "moved":
-                stats.moved += 1
-            else:
-                stats.skipped += 1
-                log.warning("worker.compaction_skipped", lane=c.lane, status=[str(s)[:80] for s in status])
+            self._settle(c, status, stats)
+
+    async def _candidates(self, lanes: list[str], cutoff_ms: int) -> list[_Candidate]:
+        """The lanes idle since ``cutoff_ms`` with more than one snapshot to them (one round trip)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for lane in lanes:
+                trk, sig, _ = self.keys.worker_keys(lane)
+                pipe.hmget(trk, "v", "wv", "tail", "mode")
+                pipe.xlen(sig)
+            replies = await pipe.execute(raise_on_error=False)
+        candidates = (_candidate(lane, fields, length, cutoff_ms)
+                      for lane, fields, length in zip(lanes, replies[0::2], replies[1::2], strict=True))
+        return [c for c in candidates if c is not None]
+
+    def _settle(self, c: _Candidate, status: list[Any], stats: CompactStats) -> None:
+        """Count one lane's script status; a compacted lane's cached tracking follows."""
+        if status[0] == "ok":
+            stats.compacted += 1
+            stats.snapshots += c.delta
+            stats.removed += int(status[2])
+            if self.cache is not None:
+                self.cache.compacted(c.lane, int(c.fields[0]), status[1])
+        elif status[0] == "moved":
+            stats.moved += 1
+        else:
+            stats.skipped += 1
+            log.warning("worker.compaction_skipped", lane=c.lane, status=[str(s)[:80] for s in status])
 
     async def _snapshots(self, lanes: list[_Candidate]) -> dict[str, str]:
         """The JSON of a snapshot of each lane's last version (a delta's): its text rebuilt

@@ -234,7 +234,8 @@ async def _base_values(cache: TrackingCache, states: dict[str, LaneState]) -> No
     needed = {lane: s.tracking for lane, s in states.items()
               if s.tracking is not None and s.tracking.value is None and s.doc is not None and not s.repair}
     if needed:
-        values, misnumbered = await cache.values_for({lane: (t.version, t.tail) for lane, t in needed.items()})
+        values, misnumbered = await cache.values_for({lane: (t.version, t.tail, t.since_snapshot)
+                                                             for lane, t in needed.items()})
         for lane, tracking in needed.items():
             version = misnumbered.get(lane, tracking.version)
             if lane in misnumbered:  # the tail signal is the tracked one: its version is the lane's

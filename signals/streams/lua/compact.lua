@@ -1,5 +1,7 @@
 -- Compact idle lanes of one partition: each lane's signal stream keeps one snapshot of
--- its last version, its snapshot list names that snapshot only, and its tracking says so.
+-- its last version, and its tracking says so. The snapshot list goes: the stream starts
+-- at its one snapshot, so readers need no hint, and the retention of a lane written again
+-- trims past an unlisted first snapshot as past a listed one (it trims at listed ones).
 -- Per lane, atomically, and only when nothing moved since the worker read it: the
 -- tracking still holds the version, processed write version and tail the worker read,
 -- and the stream still ends at that tail (a commit in between changes the tracking or
@@ -57,8 +59,11 @@ for i, lane in ipairs(lanes) do
     end
     if status == nil then
       local removed = redis.call('XTRIM', sig, 'MINID', keep)
+      -- the stream's one node keeps the allocation its deleted entries and Redis's
+      -- pre-allocation grew it to (4 KB and more); a stream loaded from its dump is sized
+      -- to what it holds (same entry, same ids)
+      redis.call('RESTORE', sig, 0, redis.call('DUMP', sig), 'REPLACE')
       redis.call('DEL', snaps)
-      redis.call('RPUSH', snaps, keep)
       redis.call('HSET', trk, 'tail', keep, 'mode', 'snapshot', 'n', 1, 'cv', lane.v)
       status = {'ok', keep, removed}
     end

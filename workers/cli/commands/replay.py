@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from signals.core.diff import unified_patch
+from signals.core.lane import parse_version
 from signals.core.models import Delivery, Signal
 from signals.core.retention import Retention
 from signals.core.signing import MAC_FIELD, Signer
@@ -93,11 +94,16 @@ def _replay_items(signals: list[tuple[str, Signal]], verify: bool) -> Iterator[M
         yield from materialise(signals, verify=verify)
 
 
-def _trimmed_note(first: Signal, retention: Retention | None) -> str:
+def _trimmed_note(first: Signal, retention: Retention | None, compacted: int | None = None) -> str:
     """The line saying where the retained history begins (and why older history is gone).
 
     The workers trim only at snapshot boundaries; a history that begins with a delta was
-    cut by something else, and the line says so rather than promising a snapshot."""
+    cut by something else, and the line says so rather than promising a snapshot. A
+    history that begins at the snapshot a compaction left (``compacted``: the version the
+    lane's tracking records, see :mod:`workers.compaction`) says that."""
+    if compacted is not None and first.version == compacted and first.mode == "snapshot":
+        return (f"history before version {first.version} was compacted (the lane was idle for compact_after, and "
+                "the workers keep one snapshot of an idle lane); the oldest retained signal is that snapshot")
     why = (f"retention: {retention.describe()}, if the workers share this process's retain_signals/retain_age"
            if retention is not None else "not in this export")
     if first.mode != "snapshot":
@@ -128,7 +134,7 @@ def _file_name(path: str) -> str:
 
 def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliveries: list[Delivery],
           truth: DocumentState | None = None, retention: Retention | None = None, *, unchecked_macs: bool = False,
-          ) -> int:
+          compacted: int | None = None) -> int:
     """Print or verify; with ``truth`` (``--verify`` against Redis) the latest signal is also
     checked against the stored document (:func:`signals.streams.replay.check_document`).
 
@@ -152,7 +158,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
     trimmed = trimmed_before(signals)
     first_retained = signals[0][1].version
     if trimmed is not None and not args.json and not args.verify and args.at is None:
-        print(_trimmed_note(signals[0][1], retention), flush=True)
+        print(_trimmed_note(signals[0][1], retention, compacted), flush=True)
     previous: str | None = None
     found_at: str | None = None
     found_write: int | None = None
@@ -188,7 +194,8 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         _print_at(args, signals, found_at, found_write)
     if args.verify:
         _verified(signals, count, unchecked_macs=unchecked_macs,
-                  trimmed=None if trimmed is None else _trimmed_note(signals[0][1], retention), document=document)
+                  trimmed=None if trimmed is None else _trimmed_note(signals[0][1], retention, compacted),
+                  document=document)
     return 0
 
 
@@ -315,8 +322,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             if args.at_write is not None:  # how far the workers processed the lane's writes
                 args.processed = await _processed(redis, settings.keys(), lane_id(lane_scope(args), args.resource,
                                                                                    args.thread))
+            compacted = None
+            if signals:
+                compacted = await _compacted_version(redis, settings.keys(), signals[0][1].lane)
         return _show(args, signals, deliveries, truth, Retention.of(settings.retain_signals, settings.retain_age),
-                     unchecked_macs=unchecked)
+                     unchecked_macs=unchecked, compacted=compacted)
 
     return run_async(main)
 
@@ -329,6 +339,20 @@ async def _processed(redis: Any, keys: Any, lane: str) -> int | None:
     except redis_exc.ResponseError:
         return None
     return None if isinstance(progress, CorruptDataError) else progress[1]
+
+
+async def _compacted_version(redis: Any, keys: Keys, lane: str) -> int | None:
+    """The version a compaction left the lane's history starting at (its tracking's ``cv``),
+    or ``None``: never compacted, not readable (a reader's ACL user has no access to the
+    tracking), or not a version."""
+    try:
+        raw = await redis.hget(keys.track(lane), "cv")
+    except redis_exc.ResponseError:
+        return None
+    try:
+        return parse_version(raw, "cv") if raw is not None else None
+    except CorruptDataError:
+        return None
 
 
 async def _signed(redis: Any, stream: str) -> bool:
