@@ -58,10 +58,15 @@ for i, lane in ipairs(lanes) do
       end
     end
     if status == nil then
-      local removed = redis.call('XTRIM', sig, 'MINID', keep)
-      -- the stream's one node keeps the allocation its deleted entries and Redis's
-      -- pre-allocation grew it to (4 KB and more); a stream loaded from its dump is sized
-      -- to what it holds (same entry, same ids)
+      local removed = redis.call('XLEN', sig) - 1 -- every entry but the last, the one kept
+      -- The stream is made again holding its one entry, at its id: a trim leaves the
+      -- entries it deletes inside a node they share with a kept one (flagged, not freed),
+      -- and a new node is pre-allocated at stream-node-max-bytes (4 KB by default); a
+      -- stream loaded from its dump is sized to what it holds. Its last id stays the kept
+      -- entry's, so the next signal's id follows it.
+      local entry = redis.call('XRANGE', sig, keep, keep)[1]
+      redis.call('DEL', sig)
+      redis.call('XADD', sig, keep, unpack(entry[2]))
       redis.call('RESTORE', sig, 0, redis.call('DUMP', sig), 'REPLACE')
       redis.call('DEL', snaps)
       redis.call('HSET', trk, 'tail', keep, 'mode', 'snapshot', 'n', 1, 'cv', lane.v)
