@@ -7,7 +7,9 @@ with a snapshot and never see a version twice; ``replay`` says where history sta
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,6 +27,7 @@ from workers.engine.compaction import Compactor
 from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+ROOT = Path(__file__).resolve().parents[2]
 LINES = [f"- fact {i}: long enough to make a delta worth sending" for i in range(12)]
 
 
@@ -166,3 +169,26 @@ async def test_an_agent_offline_through_a_compaction_resumes_with_a_snapshot(
     result = await second.before_model_call(held)
     assert [(a.mode, a.version) for a in result.add] == [("delta", 15)]
     assert result.add[0].value == js_trim(_doc(14))
+
+
+async def test_replay_says_where_history_starts_after_a_compaction(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """replay's first line names the compaction and the version history starts at; --verify
+    passes on the compacted history (from its snapshot) and says so too; once the lane is
+    written again, the compacted snapshot is still where history starts."""
+    url = redis_server.url
+    await _write(url, redis, keys, [_doc(n) for n in range(6)])
+    await _sweep(_compactor(redis, keys))
+    cli = [sys.executable, "-m", "workers", "replay", "--resource", "u", "--redis-url", url,
+           "--namespace", keys.namespace, "--partitions", str(keys.partitions)]
+    note = ("history before version 6 was compacted (the lane was idle for compact_after, and the workers keep one "
+            "snapshot of an idle lane); the oldest retained signal is that snapshot")
+    text = await anyio.run_process(cli, cwd=ROOT)
+    assert text.stdout.decode().splitlines()[0] == note
+    verified = await anyio.run_process([*cli, "--verify"], cwd=ROOT)
+    assert note in verified.stdout.decode()
+    await _write(url, redis, keys, [_doc(n) for n in range(6, 9)])
+    text = await anyio.run_process(cli, cwd=ROOT)
+    lines = text.stdout.decode().splitlines()
+    assert lines[0] == note and "v9" in text.stdout.decode()

@@ -115,5 +115,5 @@ async def test_compaction_racing_writes_and_worker_kills_keeps_every_lane_verifi
         assert [m.signal.mode for m in await sub.bootstrap()][:1] == ["snapshot"]
         versions = seen[user]
         assert versions == sorted(set(versions)), f"{user}: a version delivered twice or out of order"
-        assert values[user] == js_trim(await redis.hget(keys.doc("r:" + user), "data") or "")
+        assert values[user] == js_trim(str(await redis.hget(keys.doc("r:" + user), "data") or ""))
         assert versions[-1] == sub.version

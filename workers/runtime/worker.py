@@ -29,6 +29,7 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import structlog
@@ -266,7 +267,7 @@ async def _deadline(stop: anyio.Event, scope: anyio.CancelScope, grace_s: float,
 
 def consumer_options(settings: Settings) -> ConsumerOptions:
     """The engine's options from ``settings``: what is not set keeps the engine's default."""
-    tuning: dict[str, int] = {name: value for name in ("batch", "block_ms", "claim_idle_ms", "max_attempts",
+    tuning: dict[str, Any] = {name: value for name in ("batch", "block_ms", "claim_idle_ms", "max_attempts",
                                                        "compact_batch")
                               if (value := getattr(settings, name)) is not None}
     if settings.compact_after is not None:
