@@ -24,6 +24,7 @@ from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
 from workers.engine.compaction import Compactor
+from workers.engine.counters import METRICS
 from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -68,7 +69,10 @@ async def test_an_idle_lane_keeps_one_snapshot_of_its_last_version(
     lane = "r:u"
     before = await read_signals(redis, keys, lane)
     compactor = _compactor(redis, keys)
+    counted = METRICS.counters["lanes_compacted"], METRICS.counters["compaction_entries_removed"]
     await _sweep(compactor)
+    assert METRICS.counters["lanes_compacted"] == counted[0] + 1  # the metrics' counters (Prometheus)
+    assert METRICS.counters["compaction_entries_removed"] == counted[1] + compactor.stats.removed
     after = await read_signals(redis, keys, lane)
     assert [(s.version, s.mode) for _, s in after] == [(before[-1][1].version, "snapshot")]
     assert after[0][1].value == js_trim(_doc(writes - 1))

@@ -33,6 +33,8 @@ CONTRACT = {
     "wm_signals_stream_pending": "gauge",
     "wm_signals_dead_letter_stream_length": "gauge",
     "wm_signals_reconnects_total": "counter",
+    "wm_signals_lanes_compacted_total": "counter",
+    "wm_signals_compaction_entries_removed_total": "counter",
     "wm_signals_build_info": "gauge",
     "wm_signals_up": "gauge",
 }
