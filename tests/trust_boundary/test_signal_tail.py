@@ -20,6 +20,7 @@ from signals.core.codec import FIELD, decode_signal
 from signals.streams.keys import Keys
 from signals.streams.replay import read_signals
 from signals.streams.store import WorkingMemoryStore
+from workers.engine.cache import RECENT, rebuilt_from
 from workers.engine.consumer import Consumer
 from workers.engine.options import ConsumerOptions
 
@@ -43,12 +44,16 @@ NEXT = "# Notes\n- fact 0\n- fact 1\n- fact 2\n- fact 3"
 
 async def _next_signal(redis: Redis, keys: Keys, store: WorkingMemoryStore, consumer: Consumer,
                        text: str = NEXT) -> tuple[str, str]:
-    """Write ``text`` and process: the mode and value of the lane's last signal."""
+    """Write ``text`` and process: the mode and value of the lane's last signal (a delta's
+    value rebuilt from the chain when its entry leaves it out: ``omit_delta_value``)."""
     await store.replace("tail", text)
     await consumer.process(await consumer.read_batch())
-    [(_, fields)] = await redis.xrevrange(keys.signals(LANE), count=1)
-    signal = decode_signal(fields[FIELD])
-    return signal.mode, signal.value or ""
+    entries = await redis.xrevrange(keys.signals(LANE), count=RECENT)
+    signal = decode_signal(entries[0][1][FIELD])
+    if signal.value is None:
+        item = rebuilt_from(LANE, signal.version, entries[0][0], entries)
+        return signal.mode, item.value if item is not None else ""
+    return signal.mode, signal.value
 
 
 async def _last_id(redis: Redis, keys: Keys) -> str:
