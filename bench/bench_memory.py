@@ -1,23 +1,31 @@
-"""Redis memory per lane under the default retention, through the real pipeline.
+"""Redis memory per lane, active and idle, through the real pipeline, beside the worker
+from before the memory work (issue 33) in the same run.
 
 Workload: U users, each with two lanes: a resource-scope Markdown profile (10-40 lines,
 starting at 10-25 and growing, shrinking and changing a line or two per write) and a
 thread-scope JSON plan (goal, status, 3-8 steps, notes; partial merges), each written
 20-30 times through the write script (CAS, event chain: the store's own
 script, keys and arguments, pipelined, texts from the store's replace and merge functions)
-while a ``wm-signals worker`` process with default settings (compact policy,
-``snapshot_every`` 20, ``retain_signals`` 30, deltas carrying their ``value``) signals
-them. Once the worker has caught up and its maintenance has trimmed the write streams,
+while a ``wm-signals worker`` process with default settings signals them. The workload runs
+twice on fresh servers: with the worker of commit :data:`bench.bench_worker.BEFORE_MEMORY`
+(the baseline: every signal carried its whole text, a snapshot twice; no compaction),
+extracted with ``git archive``, and with this tree's worker; this tree's lanes are then all
+compacted (the worker's own compaction, every lane taken as idle) and measured again.
+
+Once the worker has caught up and its maintenance has trimmed the write streams,
 ``MEMORY USAGE <key> SAMPLES 0`` (every element counted) is taken over every key of a
-sample of lanes, by key kind, plus the partition-wide keys (write streams, document
-index, lane registry) divided by the lanes; ``INFO memory`` ``used_memory`` before and
-after is the cross-check (it also counts the allocator's overhead and Redis' dictionaries).
+sample of lanes, by key kind, plus the partition-wide keys (write streams, lane registry)
+divided by the lanes; ``INFO memory`` ``used_memory`` before and after is the cross-check
+(it also counts the allocator's overhead and Redis' dictionaries). The documents are also
+measured under ``hash-max-listpack-value`` 4096 (deploy/redis.conf).
 
 At 20-30 writes a lane holds its whole history (about as many signals as the retention).
 A lane written for long holds about ``retain_signals + chain - 1`` signals on average
 (``chain``: its mean signals per snapshot, at most ``snapshot_every``; see
 :mod:`signals.core.retention`): the steady-state figure is the measured bytes per signal
-times that count, a projection (labelled so), not a measurement.
+times that count, a projection (labelled so), not a measurement. The population projected
+per 1M users has :data:`ACTIVE_SHARE` of its users active (at steady state) and the rest
+idle (compacted).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import anyio
 
 from bench.bench_worker import BEFORE_MEMORY, ROOT, source_tree
 from bench.cpu import server_cpu_s
+from bench.memory_report import ACTIVE_SHARE, LISTPACK_VALUE, report
 from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace
 from signals.core.retention import DEFAULT_RETAIN_SIGNALS
 from signals.streams.client import Client, connect, queue_script
@@ -228,10 +237,6 @@ async def _measure(url: str, keys: Keys, users: int, sample: int, seed: int) -> 
             "sampled_users": len(chosen)}
 
 
-#: The share of users who wrote in the last day in the projected population: their lanes
-#: are active (default retention), the others' idle (compacted).
-ACTIVE_SHARE = 0.1
-KINDS = ("doc", "trk", "sig", "snaps", "thread")
 
 
 def _scenario(users: int, sample: int, seed: int, tree: Path, *, compact: bool) -> dict[str, Any]:
@@ -263,9 +268,6 @@ def _scenario(users: int, sample: int, seed: int, tree: Path, *, compact: bool) 
     return out
 
 
-#: The Redis setting deploy/redis.conf raises: a hash whose values are all at most this
-#: long (and that has at most hash-max-listpack-entries fields) is one listpack.
-LISTPACK_VALUE = 4096
 
 
 async def _listpack_docs(url: str, keys: Keys, users: int, sample: int, seed: int) -> dict[str, float]:
@@ -279,7 +281,9 @@ async def _listpack_docs(url: str, keys: Keys, users: int, sample: int, seed: in
     out: dict[str, float] = {}
     for scope, lanes in (("profile", [f"r:user{u}" for u in chosen]), ("plan", [f"t:plan{u}" for u in chosen])):
         for lane in lanes:
-            await redis.restore(keys.doc(lane), 0, await redis.dump(keys.doc(lane)), replace=True)
+            dump = await redis.dump(keys.doc(lane))
+            if dump is not None:
+                await redis.restore(keys.doc(lane), 0, dump, replace=True)
         out[scope] = sum(await _usage(redis, [keys.doc(lane) for lane in lanes])) / len(lanes)
     await redis.aclose()
     return out
@@ -353,76 +357,6 @@ async def _baseline(url: str) -> int:
     used = await _used_memory(redis)
     await redis.aclose()
     return used
-
-
-def _kind_row(name: str, text: float, lane: dict[str, Any], scope: str) -> str:
-    table = lane["per_kind"][scope]
-    cells = " | ".join(f"{table[k]:,.0f}" if k in table else "-" for k in KINDS)
-    per_signal = table["sig"] / max(lane["signals"][scope], 1)
-    return (f"| {name} | {text:,.0f} | {lane['signals'][scope]:.1f} | {per_signal:,.0f} | {cells} | "
-            f"{sum(lane['partition'].values()):,.0f} | {lane['per_lane'][scope]:,.0f} |")
-
-
-def report(r: dict[str, Any]) -> list[str]:
-    """The result as Markdown lines (``make bench`` and ``main``)."""
-    now, before = r["now"], r["before"]
-    out = ["| lane, run | text B | signals held | sig B per signal | " + " | ".join(KINDS)
-           + " | partition keys (share) | bytes per lane |",
-           "|---|---:|---:|---:|" + "---:|" * len(KINDS) + "---:|---:|"]
-    for scope, name in (("profile", "Markdown profile"), ("plan", "JSON plan")):
-        text = now["active"]["text"][scope]
-        if before is not None:
-            out.append(_kind_row(f"{name}, before (baseline)", text, before["active"], scope))
-        out.append(_kind_row(f"{name}, active", text, now["active"], scope))
-        out.append(_kind_row(f"{name}, idle (compacted)", text, now["idle"], scope))
-    out += ["", "| per lane | text B | active at default retention (x text; target <= 12x) | "
-            "idle, compacted (target <= 3x text + 1 KB) | before: at default retention (x text) |",
-            "|---|---:|---:|---:|---:|"]
-    for scope, name in (("profile", "Markdown profile (resource)"), ("plan", "JSON plan (thread)")):
-        text = now["active"]["text"][scope]
-        active, idle = now["active"]["steady_lane"][scope], now["idle"]["per_lane"][scope]
-        old = f"{before['active']['steady_lane'][scope]:,.0f} ({before['active']['steady_lane'][scope] / text:.1f}x)" \
-            if before is not None else "-"
-        out.append(f"| {name} | {text:,.0f} | {active:,.0f} ({active / text:.1f}x) | {idle:,.0f} "
-                   f"(limit {3 * text + 1024:,.0f}: {'met' if idle <= 3 * text + 1024 else 'NOT met'}) | {old} |")
-    out += ["", f"With `hash-max-listpack-value {LISTPACK_VALUE}` (deploy/redis.conf; Redis's default is 64): a "
-            "document hash of up to that many bytes a value is one listpack instead of a hash table: "
-            + ", ".join(f"{name} document {now['idle']['per_kind'][scope]['doc']:,.0f} -> "
-                        f"{now['listpack_doc'][scope]:,.0f} B, idle lane {now['listpack_idle_lane'][scope]:,.0f} B "
-                        f"(limit {3 * now['active']['text'][scope] + 1024:,.0f}), active lane "
-                        f"{now['listpack_active_lane'][scope]:,.0f} B "
-                        f"({now['listpack_active_lane'][scope] / now['active']['text'][scope]:.1f}x)"
-                        for scope, name in (("profile", "profile"), ("plan", "plan")))
-            + f"; **{now['listpack_per_million_gib']:.1f} GiB per 1M users** (same population)."]
-    c = now["compaction"]
-    out += ["", "| per user (profile + plan) | active, after the run | active, steady state | idle (compacted) | "
-            f"**per 1M users, {ACTIVE_SHARE:.0%} wrote in the last day** |", "|---|---:|---:|---:|---:|"]
-    if before is not None:
-        b = before["active"]
-        out.append(f"| before (baseline: {BEFORE_MEMORY[:7]}, no compaction) | {b['per_user']:,.0f} | "
-                   f"{b['steady_user']:,.0f} | {b['steady_user']:,.0f} (history stays) | "
-                   f"{before['per_million_gib']:.1f} GiB |")
-    a = now["active"]
-    out.append(f"| this tree | {a['per_user']:,.0f} | {a['steady_user']:,.0f} | {now['idle']['per_user']:,.0f} | "
-               f"**{now['per_million_gib']:.1f} GiB** (target <= 12 GiB) |")
-    ratio = f"; {before['per_million_gib'] / now['per_million_gib']:.1f}x less than before" if before else ""
-    ratio += (f". With the active lanes as measured (20-30 writes each) instead: {now['per_million_measured_gib']:.1f} "
-              "GiB" + (f" (before: {before['per_million_measured_gib']:.1f} GiB)" if before else ""))
-    out += ["", f"Projection: {ACTIVE_SHARE:.0%} of users at their active steady state (a lane written long past its "
-            f"retention of {DEFAULT_RETAIN_SIGNALS} holds about retain_signals + its mean chain length - 1 signals, "
-            "projected from the measured bytes per signal) and the rest at their compacted size"
-            f"{ratio}. Cross-check by INFO used_memory (delta over the run / users): before "
-            + (f"{before['active']['used_per_user']:,.0f} B" if before else "-")
-            + f", active {a['used_per_user']:,.0f} B, idle {now['idle']['used_per_user']:,.0f} B per user.",
-            "", f"Compaction of all {c['lanes']:,} lanes (the worker's own passes of 500 lanes, one script call "
-            f"per partition and 64 lanes): {c['compacted']:,} compacted ({c['snapshots']:,} needed a new snapshot of "
-            f"their last delta), {c['removed']:,} signal entries removed, **{c['lanes_per_s']:,.0f} lanes/s**, "
-            f"Redis CPU {c['redis_cpu_us_per_lane']:,.0f} us per lane.",
-            "", f"{r['users']:,} users ({r['lanes']:,} lanes), {now['writes']:,} writes per run through the write "
-            f"script and one worker with default settings; MEMORY USAGE (SAMPLES 0) over every key of "
-            f"{r['sampled_users']:,} users' lanes; partition keys: write streams (trimmed), lane registry."
-            + (f" Baseline skipped: {r['before_skipped']}." if before is None else "")]
-    return out
 
 
 def main() -> None:
