@@ -23,6 +23,7 @@ leaves the lane as it is (counted as skipped).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,14 +93,17 @@ class Compactor:
         self.cache = cache
         self.stats = CompactStats()
         self._script = redis.register_script(lua("compact"))
-        self._turn = 0  # index into partitions of the one being swept
+        # index into partitions of the one being swept: worker instances that share the
+        # partitions start their sweeps at different ones (and meet less often on a lane)
+        self._turn = random.randrange(len(self.partitions)) if self.partitions else 0
         self._cursor = 0  # its SSCAN cursor
+        self._swept = 0
 
     @property
     def partitions_swept(self) -> int:
         """How many partition sweeps the passes have completed (a whole sweep of every
         partition once this reaches ``len(partitions)``)."""
-        return self._turn
+        return self._swept
 
     async def run_pass(self, now_ms: int) -> CompactStats:
         """Look at up to ``batch`` lanes (continuing the sweep where the last pass left it)
@@ -115,6 +119,7 @@ class Compactor:
             self._cursor = int(cursor)
             if self._cursor == 0:  # this partition's sweep is done: the next pass starts the next one
                 self._turn += 1
+                self._swept += 1
             lanes = [m for m in members if isinstance(m, str) and self._is_lane_of(m, partition)]
             stats.skipped += len(members) - len(lanes)
             stats.scanned += len(members)
