@@ -105,7 +105,7 @@ SCRIPTS: Mapping[str, Script] = {
     # KEYS: per lane: trk, sig, snaps (an idle lane trimmed to one snapshot, see workers.engine.compaction)
     "compact": Script(("trk", "sig", "snaps"), {
         "trk": ("type", "hmget", "hset"),
-        "sig": ("type", "xrevrange", "xlen", "xrange", "del", "xadd", "dump", "restore"),
+        "sig": ("type", "xrevrange", "xrange", "xlen", "del", "xadd", "dump", "restore"),
         "snaps": ("type", "del")}),
     # KEYS: writes (read-only walk of a lane's event chain; a backlog's stretch read in chunks first)
     "chain": Script(("writes",), {"writes": ("xrange", "xrevrange")}),

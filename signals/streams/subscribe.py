@@ -323,12 +323,8 @@ class Subscription:
     def _apply(self, entry_id: str, signal: Signal) -> Materialised | None:
         """Deliver ``signal`` if it verifies against what is held; ``None`` if refused."""
         if signal.version <= self.version:
-            if signal.version == self.version and signal.mode == "snapshot" and self.value is not None:
-                # the workers compacted the lane: a snapshot of the version held (nothing new)
-                log.debug("subscribe.compacted", lane=self.lane, entry_id=entry_id, version=signal.version)
-            else:
-                log.warning("subscribe.stale_entry", lane=self.lane, entry_id=entry_id, version=signal.version,
-                            have=self.version)
+            log.warning("subscribe.stale_entry", lane=self.lane, entry_id=entry_id, version=signal.version,
+                        have=self.version)
             return None
         if signal.mode == "snapshot":
             value = signal.contents

@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from signals.core.cachekey import js_trim
 from signals.streams.keys import Keys
+from signals.streams.replay import materialise, read_signals
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from tests.integration.helpers import check_lane, lanes_of, spawn_worker, wait_caught_up, wait_ready
@@ -58,6 +59,8 @@ async def test_compaction_racing_writes_and_worker_kills_keeps_every_lane_verifi
     values: dict[str, str] = {}
     procs: list[subprocess.Popen[bytes]] = []
     spawned = 0
+    checked = [0]
+    logs: list[str] = []
 
     async def start_worker() -> None:
         nonlocal spawned
@@ -73,11 +76,24 @@ async def test_compaction_racing_writes_and_worker_kills_keeps_every_lane_verifi
                 seen[user].append(item.signal.version)
                 values[user] = item.value
 
+    async def checker(done: anyio.Event) -> None:
+        """Every lane's retained history, read while everything runs: it starts at a
+        snapshot, versions go up by one and each text rebuilds to its cacheKey."""
+        while not done.is_set():
+            for user in docs:
+                history = await read_signals(redis, keys, "r:" + user)
+                if history:
+                    assert history[0][1].mode == "snapshot", user
+                    list(materialise(history))  # raises on a gap, a repeat or a text that does not rebuild
+                    checked[0] += 1
+            await anyio.sleep(0.05)
+
     async def killer(done: anyio.Event) -> None:
         while not done.is_set():
             await anyio.sleep(0.7)
             victim = procs[rng.randrange(len(procs))]
             if victim.poll() is None:
+                logs.append(victim.log_path)  # type: ignore[attr-defined]
                 victim.send_signal(signal.SIGKILL)
                 victim.wait()
                 procs.remove(victim)
@@ -91,6 +107,7 @@ async def test_compaction_racing_writes_and_worker_kills_keeps_every_lane_verifi
             for user in watched:
                 tg.start_soon(tail, user, done)
             tg.start_soon(killer, done)
+            tg.start_soon(checker, done)
             for _ in range(ROUNDS):
                 for user, lines in docs.items():
                     await store.replace(user, _text(rng, lines))
@@ -100,9 +117,13 @@ async def test_compaction_racing_writes_and_worker_kills_keeps_every_lane_verifi
             done.set()
     finally:
         for proc in procs:
+            logs.append(proc.log_path)  # type: ignore[attr-defined]
             proc.send_signal(signal.SIGKILL)
             proc.wait()
     assert spawned > 2  # workers were killed mid-run
+    assert checked[0] > LANES  # histories were checked while compactions raced the commits
+    for path in logs:  # no lane needed repairing: compaction never left a tracking and its stream apart
+        assert "worker.lane_repair" not in await anyio.Path(path).read_text(), path
     lanes = await lanes_of(redis, keys)
     assert len(lanes) == LANES
     compacted = 0

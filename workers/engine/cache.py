@@ -45,12 +45,13 @@ class TrackingCache:
         """Cache a lane's tracking (with its text) after a successful commit."""
         self._lru.put(lane, tracking)
 
-    def compacted(self, lane: str, version: int, tail: str) -> None:
-        """A lane at ``version`` was compacted to one snapshot at ``tail`` (see
-        :mod:`workers.engine.compaction`): its cached tracking, if at that version, follows."""
+    def compacted(self, lane: str, version: int) -> None:
+        """A lane at ``version`` was compacted to one snapshot at its tail's id (see
+        :mod:`workers.engine.compaction`): its cached tracking, if at that version, counts
+        its signals since the snapshot from there."""
         cached = self._lru.peek(lane)
         if cached is not None and cached.version == version:
-            self._lru.put(lane, msgspec.structs.replace(cached, tail=tail, mode="snapshot", since_snapshot=1))
+            self._lru.put(lane, msgspec.structs.replace(cached, mode="snapshot", since_snapshot=1))
 
     def forget(self, lane: str) -> None:
         """Drop a lane (its tracking moved under us)."""

@@ -9,11 +9,12 @@ spread over many passes), through one script call per partition (``compact.lua``
 per lane, atomically on its slot, and only while its tracking and signal stream are
 what the worker read; a commit in between leaves the lane as it is.
 
-When the last signal is a snapshot, the stream is trimmed to it. When it is a delta,
-the worker rebuilds its text from the stream (checked against its cacheKey), and the
-script appends a snapshot of the same version and trims to it: no version is added, a
-reader that has the delta skips the snapshot (same version), a reader behind it starts
-from it. The tracking's ``cv`` field records the version the compacted history starts
+When the last signal is a snapshot, the stream keeps it alone. When it is a delta, the
+worker rebuilds its text from the stream (checked against its cacheKey), and the stream
+keeps, in the delta's place (its id), a snapshot of the same version: no version and no
+entry id is added, so a commit planned before the compaction still finds the stream ending
+where it expects, a reader past the delta finds nothing new, and a reader behind it starts
+from the snapshot. The tracking's ``cv`` field records the version the compacted history starts
 at (``replay`` names it). A lane written again continues from the snapshot.
 
 Nothing read is trusted: a lane name that is not a lane of this partition, a tracking
@@ -192,7 +193,7 @@ class Compactor:
             stats.snapshots += c.delta
             stats.removed += int(status[2])
             if self.cache is not None:
-                self.cache.compacted(c.lane, int(c.fields[0]), status[1])
+                self.cache.compacted(c.lane, int(c.fields[0]))
         elif status[0] == "moved":
             stats.moved += 1
         else:
