@@ -235,5 +235,5 @@ async def test_a_history_read_in_pages_while_the_stream_is_trimmed_has_no_hole(
     assert read == [1, 2], "the history read went on past a hole"
     again = await read_signals(redis, keys, "r:u", page=2)
     assert [s.version for _, s in again] == [7, 8, 9]
-    assert list(materialise(again))[-1].value == history[-1][1].value
+    assert list(materialise(again))[-1].value == list(materialise(history))[-1].value
     await verify_lane(redis, keys, "r:u")
