@@ -76,5 +76,5 @@ def test_the_tracking_stores_its_cache_key_without_the_prefix() -> None:
     fields = tracking.fields()
     assert fields[fields.index("ck") + 1] == "ab" * 32
     for stored in ("ab" * 32, key):
-        parsed = LaneTracking.parse(["3", stored, "delta", "4", "2", "", ""], "trk")
+        parsed = LaneTracking.parse(["3", stored, "delta", "4", "2", "", "", ""], "trk")
         assert parsed.cache_key == key
