@@ -53,6 +53,8 @@ from workers.engine.compaction import Compactor
 from workers.runtime import connect as runtime
 from workers.runtime.embedded import RedisServer
 
+__all__ = ("main", "report", "run")
+
 SNAPSHOT_EVERY = 20  # the worker's default
 PIPELINE = 500  # write-script calls per round trip
 WRITERS = 2  # writer processes
