@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
 from signals.core.cachekey import js_trim
+from signals.core.signing import Signer
 from signals.streams.keys import Keys
 from signals.streams.replay import read_signals
 from signals.streams.store import WorkingMemoryStore
@@ -197,3 +198,24 @@ async def test_replay_says_where_history_starts_after_a_compaction(
     text = await anyio.run_process(cli, cwd=ROOT)
     lines = text.stdout.decode().splitlines()
     assert lines[0] == note and "v9" in text.stdout.decode()
+
+
+async def test_a_signed_lane_is_compacted_to_a_signed_snapshot(
+    redis_server: RedisServer, redis: Redis, keys: Keys
+) -> None:
+    """With signing on, the compacted snapshot carries the compacting worker's MAC (a
+    subscriber that checks MACs takes it) and the tracking names its key; the lane's next
+    signal is a delta on it."""
+    key = "k" * 32
+    signer = Signer(key.encode())
+    url = redis_server.url
+    await _write(url, redis, keys, [_doc(n) for n in range(5)], signing_key=key)
+    await _sweep(_compactor(redis, keys, signer=signer))
+    tracking = await redis.hgetall(keys.track("r:u"))
+    assert tracking["kid"] == signer.key_id and tracking["cv"] == "5"
+    sub = Subscription(redis, keys, "r:u", signer=signer)
+    items = await sub.bootstrap()
+    assert [(m.signal.version, m.signal.mode) for m in items] == [(5, "snapshot")] and sub.refused == 0
+    await _write(url, redis, keys, [_doc(5)], signing_key=key)
+    items = await sub.catch_up()
+    assert [(m.signal.version, m.signal.mode) for m in items] == [(6, "delta")] and sub.refused == 0

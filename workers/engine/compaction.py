@@ -158,7 +158,8 @@ class Compactor:
                 continue
             v, wv, tail = c.fields
             mac = self.signer.mac(c.lane, payload) if self.signer and payload else ""
-            plan.append({"v": v, "wv": wv, "tail": tail, "snapshot": payload, "mac": mac})
+            kid = self.signer.key_id if self.signer else ""
+            plan.append({"v": v, "wv": wv, "tail": tail, "snapshot": payload, "mac": mac, "kid": kid})
             keys += self.keys.worker_keys(c.lane)
             chosen.append(c)
         if not plan:

@@ -17,7 +17,8 @@
 -- KEYS: per lane: trk, sig, snaps
 -- ARGV: 1 MessagePack array, one map per lane: v, wv, tail (the tracking the worker read,
 --   as stored), snapshot (the snapshot's JSON, or '' when the last signal is one), mac
---   (its MAC, '' when signals are not signed)
+--   (its MAC, '' when signals are not signed), kid (the id of the key that made the MAC, '':
+--   none; the tracking's kid follows it when a snapshot is given)
 -- Returns one array per lane: {'ok', the stream's one id (the tail), entries removed} or
 -- {'moved'} (the lane changed: not compacted) or {'type', key}.
 local lanes = cmsgpack.unpack(ARGV[1])
@@ -62,7 +63,11 @@ for i, lane in ipairs(lanes) do
     redis.call('XADD', sig, lane.tail, unpack(fields))
     redis.call('RESTORE', sig, 0, redis.call('DUMP', sig), 'REPLACE')
     redis.call('DEL', snaps)
-    redis.call('HSET', trk, 'mode', 'snapshot', 'n', 1, 'cv', lane.v)
+    if lane.snapshot ~= '' then -- signed by this worker's key (or none): the tracking names it
+      redis.call('HSET', trk, 'mode', 'snapshot', 'n', 1, 'cv', lane.v, 'kid', lane.kid)
+    else
+      redis.call('HSET', trk, 'mode', 'snapshot', 'n', 1, 'cv', lane.v)
+    end
     status = {'ok', lane.tail, removed}
   end
   out[i] = status
