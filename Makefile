@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: all demo test lint type bench clean
+.PHONY: all demo test lint type bench soak clean
 
 all: lint type test
 
@@ -38,6 +38,9 @@ type: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run_all
+
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -s -m soak tests/soak
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -140,7 +140,8 @@ class AgentWorkingMemory:
         self.store = WorkingMemoryStore(redis, keys=keys, config=self.config, read_only=read_only)
         self.subscription = Subscription(redis, keys, self.lane, signer=signer)
         self.window = WindowTracker(self.lane, coalesce=coalesce, count_tokens=count_tokens)
-        self.log = DeliveryLog(redis, keys) if (log_deliveries and thread_id) else None
+        self.log = (DeliveryLog(redis, keys, key=signer.key if signer else None)
+                    if (log_deliveries and thread_id) else None)
         self._steps = 0  # system-message delivery: its own step count (the tracker is unused)
         self._logged_key: str | None = None  # system-message delivery: the cacheKey last logged
         self._resumed = False  # steps numbered after the delivery log's last record (start or first call)

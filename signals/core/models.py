@@ -107,6 +107,8 @@ class Delivery(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_onl
     ``window`` names the window (one agent process's tracker, see
     :attr:`signals.core.window.WindowTracker.window_id`) whose step it was: a thread's log
     holds the windows of successive processes (older records have no such field).
+    ``seq`` and ``chain`` link the record to its window's previous one (see
+    :mod:`signals.streams.delivery_chain`; older records have neither).
     """
 
     thread_id: str
@@ -121,6 +123,8 @@ class Delivery(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_onl
     at: str | None = None
     base_version: int | None = None
     window: str | None = None
+    seq: int | None = None
+    chain: str | None = None
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

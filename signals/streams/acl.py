@@ -10,11 +10,16 @@ What it does not do: no I/O, no Redis import; it neither loads nor checks the fi
 tests run every role against a real redis-server: ``ACL DRYRUN`` over the whole command
 table, the pipeline end to end, and the attacks of issue 10).
 
-Why selectors: Lua scripts run their commands under the caller's ACL, so any command a
+Scripts: a role runs only the project's own code on the server, as FCALL of the
+functions of its library (:mod:`signals.streams.scripts`), which the worker and the
+operator load (``FUNCTION LOAD``); no role may EVAL or SCRIPT LOAD, and the operator alone
+may SCRIPT KILL and FUNCTION KILL.
+
+Why selectors: functions run their commands under the caller's ACL, so any command a
 role's scripts call, the role can also call directly. Each command is therefore allowed
 only on the key kinds that need it, with selectors ``(...)``: a writer may
 ``SET`` idempotency keys but no other key, ``XADD`` its write streams but no signal
-stream. Redis 7.0 checks EVAL/EVALSHA against read and write permission on every
+stream. Redis 7.0 checks FCALL against read and write permission on every
 declared key *within one selector that also allows the command*: the root selector of a
 role therefore holds only the connection commands, the scripting commands and read-write
 patterns of exactly the kinds its scripts declare (see :data:`SCRIPTS`). A command's keys
@@ -37,7 +42,8 @@ from typing import Literal
 from signals.errors import InvalidInputError
 from signals.streams.keys import Keys
 
-__all__ = ("BASE_COMMANDS", "CLUSTER_COMMANDS", "KINDS", "ROLES", "SCRIPTS", "SCRIPT_COMMANDS", "Grant", "Role",
+__all__ = ("BASE_COMMANDS", "CLUSTER_COMMANDS", "DEFAULT_USER", "KILL_COMMANDS", "KINDS", "LOAD_COMMANDS", "ROLES",
+           "SCRIPTS", "SCRIPT_COMMANDS", "Grant", "Role",
            "Script", "acl_file", "acl_users", "allowed_commands", "grants_of", "user_name")
 
 Access = Literal["R", "RW"]
@@ -55,9 +61,18 @@ BASE_COMMANDS = ("ping", "hello", "auth", "client|setname", "select", "info")
 #: key positions (COMMAND, COMMAND GETKEYS), and ASKING while a slot migrates.
 CLUSTER_COMMANDS = ("cluster|slots", "command", "asking")
 
-#: Commands that load and run scripts (redis-py: EVALSHA, SCRIPT LOAD on NOSCRIPT, SCRIPT
-#: EXISTS before a pipeline, EVAL in cluster pipelines).
-SCRIPT_COMMANDS = ("evalsha", "eval", "script|load", "script|exists")
+#: The one scripting command of a role that runs the project's scripts: FCALL of the
+#: functions of the project's library (:mod:`signals.streams.scripts`). No role that
+#: faces callers may EVAL, EVALSHA or load code (SCRIPT LOAD, FUNCTION LOAD): its
+#: scripts are the project's, loaded by a worker or an operator (:data:`LOAD_COMMANDS`).
+SCRIPT_COMMANDS = ("fcall",)
+
+#: Loading the project's library: the worker (at its start, and after a flush) and the operator.
+LOAD_COMMANDS = ("function|load",)
+
+#: Ending a script or function past the busy threshold (every client gets BUSY until then):
+#: the operator only.
+KILL_COMMANDS = ("script|kill", "function|kill")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +113,7 @@ SCRIPTS: Mapping[str, Script] = {
     # retention reads a listed snapshot's entry to learn its version); steady-state checks
     # read the document hash and thread owner, and walk the chain
     "commit": Script(("writes", "trk", "sig", "snaps"), {
-        "writes": ("xack", "xrange"), "trk": ("type", "del", "hmget", "hset"),
+        "writes": ("xack", "xrange", "type"), "trk": ("type", "del", "hmget", "hset"),
         "sig": ("type", "del", "xrevrange", "xadd", "xtrim", "xrange"),
         "snaps": ("type", "del", "rpush", "lrange", "ltrim")},
         reads={"doc": ("hmget",), "thread": ("hget",)}),
@@ -111,9 +126,9 @@ SCRIPTS: Mapping[str, Script] = {
     "chain": Script(("writes",), {"writes": ("xrange", "xrevrange")}),
     # KEYS: writes, dlq, fails
     "dead_letter": Script(("writes", "dlq", "fails"), {
-        "writes": ("xack",), "dlq": ("xadd",), "fails": ("hdel",)}),
+        "writes": ("xack", "type"), "dlq": ("xadd",), "fails": ("hdel",)}),
     # KEYS: dlq, writes
-    "requeue": Script(("dlq", "writes"), {"dlq": ("xdel",), "writes": ("xadd",)}),
+    "requeue": Script(("dlq", "writes"), {"dlq": ("xdel",), "writes": ("xadd", "xlen")}),
     # KEYS: writes (a graceful stop leaves the group where nothing is pending, in one step)
     "leave": Script(("writes",), {"writes": ("xpending", "xgroup|delconsumer")}),
     # KEYS: writes (a dead consumer's entries claimed by id; read by id within the reply bound)
@@ -172,7 +187,7 @@ _WORKER = Role(("commit", "compact", "chain", "dead_letter", "leave", "claim"), 
     # the tracking cache rebuilds a delta base from the last signal or the last snapshot on;
     # compaction reads the lanes' stream lengths
     "sig": R("xrevrange", "xrange", "xlen"),
-    # compaction sweeps the lane registry
+    # compaction sweeps the lane registry, and so does reconciliation (workers.engine.reconcile)
     "lanes": R("sscan"),
     "snaps": R("lindex"),
     "fails": RW("hincrby"),
@@ -181,7 +196,7 @@ _WORKER = Role(("commit", "compact", "chain", "dead_letter", "leave", "claim"), 
     # the monitor task: the dead-letter length gauge, the heartbeat (worker --check reads it)
     "dlq": R("xlen"),
     "hb": RW("set", "del", "get", "pttl"),
-})
+}, keyless=LOAD_COMMANDS)
 
 _WRITER = Role(("write", "thread"), {
     "doc": R("hmget", "hget"),
@@ -211,11 +226,11 @@ _OPERATOR = Role(("requeue",), {
     "sig": R("xrange", "xrevrange", "xlen", "xread"),
     "snaps": R("lindex", "lrange", "llen"),
     "thread": R("hget"),
-    "dlv": R("xrange", "xrevrange", "xlen", "xread"),
+    "dlv": R("xrange", "xrevrange", "xlen", "xread", "xinfo|stream"),  # replay --deliveries: entries ever added
     "fails": R("hget", "hlen"),
     "config": R("hget"),
     "hb": R("get", "pttl"),  # worker --check, as a probe
-})
+}, keyless=(*LOAD_COMMANDS, *KILL_COMMANDS))
 
 #: An autoscaler reading the consumer group's lag (KEDA's ``redis-streams`` trigger in lag
 #: mode runs ``XINFO GROUPS <stream>`` per partition, nothing else): the operator role could,
@@ -333,13 +348,22 @@ def acl_users(keys: Keys, passwords: Mapping[str, str], *, cluster: bool = False
     return users
 
 
+#: The default user: off, so that no connection is ever the default user (every client
+#: authenticates as a role), and with every permission. Redis replays an append-only file
+#: as the default user, and checks a transaction's commands against it at EXEC: a
+#: default user without permissions made Redis 7.0 drop every script's and function's
+#: writes (replicated as MULTI/EXEC) when it loaded the AOF after a restart; nothing was
+#: restored. Being off, it authenticates no one (``AUTH default`` is refused).
+DEFAULT_USER = "user default off resetpass ~* &* +@all"
+
+
 def acl_file(keys: Keys, passwords: Mapping[str, str], *, cluster: bool = False) -> str:
-    """The ACL file of a namespace: ``user default off``, then one line per role.
+    """The ACL file of a namespace: the :data:`DEFAULT_USER` line, then one line per role.
 
     Deterministic for given passwords (the committed ``deploy/users.acl`` is compared
     with it). ACL files hold no comments; ``docs/operations/redis.md`` describes the roles.
     See :func:`acl_users` for the arguments and errors.
     """
-    lines = ["user default off"]
+    lines = [DEFAULT_USER]
     lines += [" ".join(["user", name, *rules]) for name, rules in acl_users(keys, passwords, cluster=cluster).items()]
     return "\n".join(lines) + "\n"

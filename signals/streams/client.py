@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import cast
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
-from redis.commands.core import AsyncScript
 
 from signals.errors import InvalidInputError
 from signals.streams.redis_compat import (
@@ -38,8 +37,10 @@ Client = Redis | RedisCluster
 
 @cache
 def lua(name: str) -> str:
-    """The source of a bundled Lua script."""
-    return resources.files("signals.streams").joinpath("lua", name + ".lua").read_text("utf-8")
+    """The source of a bundled Lua script, after the checks every script shares
+    (``lua/_checks.lua``: a command the caller's ACL refuses, found before the first write)."""
+    folder = resources.files("signals.streams").joinpath("lua")
+    return folder.joinpath("_checks.lua").read_text("utf-8") + folder.joinpath(name + ".lua").read_text("utf-8")
 
 
 def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, max_reply_bytes: int | None = None,
@@ -98,17 +99,11 @@ def connect(url: str, *, cluster: bool = False, tls: TLSOptions | None = None, m
 
 
 
-async def queue_script(pipe: Pipeline | ClusterPipeline, script: AsyncScript, keys: list[str],
+async def queue_script(pipe: Pipeline | ClusterPipeline, script: Any, keys: list[str],
                        args: Sequence[str | int | bytes]) -> None:
-    """Queue a Lua script call in a pipeline: EVALSHA on one server, EVAL on a cluster.
-
-    redis-py's cluster pipeline refuses EVALSHA (it cannot reload a script missing on one
-    node in the middle of a pipeline); EVAL carries the source, and Redis caches it.
-    """
-    if isinstance(pipe, ClusterPipeline):
-        pipe.eval(cast(str, script.script), len(keys), *keys, *args)
-    else:
-        await script(keys=keys, args=args, client=pipe)
+    """Queue a call of a bundled script (a :class:`~signals.streams.scripts.ServerScript`)
+    in a pipeline: FCALL on Redis 7, EVALSHA on 6.2 (EVAL in a 6.2 cluster pipeline)."""
+    await script.queue(pipe, keys, args)
 
 
 # Typed views of the replies this package reads. The client is created with

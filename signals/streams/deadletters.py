@@ -13,8 +13,9 @@ from signals.core.codec import FIELD, decode_dead_letter, decode_write
 from signals.core.lane import is_stream_id
 from signals.core.models import DeadLetter
 from signals.errors import CorruptDataError, InvalidInputError
-from signals.streams.client import Client, Entry, lua, xrange
+from signals.streams.client import Client, Entry, xrange
 from signals.streams.keys import Keys
+from signals.streams.scripts import ServerScript
 
 __all__ = ("KEPT_CHARS", "DeadLetterEntry", "DeadLetters")
 
@@ -40,7 +41,7 @@ class DeadLetters:
     def __init__(self, redis: Client, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
-        self._requeue = redis.register_script(lua("requeue"))
+        self._requeue = ServerScript(redis, "requeue")
 
     async def list(self, *, limit: int = 1000) -> list[DeadLetterEntry]:
         """Dead letters of every partition, the oldest ``limit`` of each partition, partition by

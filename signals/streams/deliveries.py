@@ -48,11 +48,12 @@ from signals.core.processor import apply_delta
 from signals.core.window import MAX_RESUME_STEP, WINDOW_ID, StepResult
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
 from signals.streams.client import Client
+from signals.streams.delivery_chain import ChainState, LogIntegrity, check_chain, link
 from signals.streams.keys import Keys, validate_id
 from signals.streams.redis_errors import ids_exhausted
 from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
 
-__all__ = ("NO_WINDOW", "DeliveryLog", "ModelView", "decode_record", "rebuild_texts")
+__all__ = ("NO_WINDOW", "DeliveryLog", "LogIntegrity", "ModelView", "decode_record", "rebuild_texts")
 
 #: ``view_at(..., window=NO_WINDOW)``: the records that name no window (written before
 #: records named one). No window is named so (a name has at least one character).
@@ -78,10 +79,17 @@ class ModelView:
 class DeliveryLog:
     """Append and read a thread's delivery log."""
 
-    def __init__(self, redis: Client, keys: Keys, *, retention: int = 10_000) -> None:
+    def __init__(self, redis: Client, keys: Keys, *, retention: int = 10_000, key: bytes | None = None,
+                 verify_keys: tuple[bytes, ...] = ()) -> None:
+        """``key``: the signing key, when there is one: each record's chain is then an HMAC
+        no one without it can make (see :mod:`signals.streams.delivery_chain`);
+        ``verify_keys``: the other keys a chain may have been made with (a rotation)."""
         self.redis = redis
         self.keys = keys
         self.retention = retention
+        self.key = key
+        self.verify_keys = verify_keys
+        self._chain = ChainState(key)
 
     async def record(self, thread_id: str, lane: str, result: StepResult) -> list[Delivery]:
         """Append the step's additions (nothing when it added nothing).
@@ -95,7 +103,17 @@ class DeliveryLog:
             return []
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
         now = now_iso()
-        records = [inj.delivery(thread_id=thread_id, lane=lane, at=now, window=result.window) for inj in result.add]
+        before = dict(self._chain.windows)  # the chain moves on only once the records are in
+        records = [link(self._chain, inj.delivery(thread_id=thread_id, lane=lane, at=now, window=result.window))
+                   for inj in result.add]
+        try:
+            await self._append(stream, records)
+        except BaseException:
+            self._chain.windows = before
+            raise
+        return records
+
+    async def _append(self, stream: str, records: list[Delivery]) -> None:
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for record in records:
@@ -112,7 +130,27 @@ class DeliveryLog:
             if "WRONGTYPE" not in str(e):
                 raise
             raise CorruptDataError(f"delivery log {stream} is not a stream") from e
-        return records
+
+    async def integrity(self, thread_id: str) -> LogIntegrity:
+        """Whether the thread's log is whole: its records' chains and the stream's count of
+        entries ever added (see :mod:`signals.streams.delivery_chain`).
+
+        Raises:
+            CorruptDataError: an entry is not a delivery record of this thread (names it).
+        """
+        stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
+        records = await self._entries(thread_id)
+        added: int | None = None
+        try:
+            info = await self.redis.xinfo_stream(stream)
+        except redis_exc.ResponseError as e:
+            if "no such key" not in str(e).lower():
+                raise
+        else:
+            value = info.get("entries-added") if isinstance(info, dict) else None
+            added = value if isinstance(value, int) else None
+        return check_chain(records, entries_added=added, retention=self.retention, key=self.key,
+                           verify_keys=self.verify_keys)
 
     async def read(self, thread_id: str, *, from_step: int = 0, to_step: int | None = None) -> list[Delivery]:
         """The thread's retained deliveries in order, optionally within a step range, each

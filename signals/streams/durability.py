@@ -27,14 +27,14 @@ attempt's write included (replication is one ordered stream per master).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
-from redis.commands.core import AsyncScript
 
 from signals.errors import DurabilityError, InvalidInputError, RedisBusyError, RedisUnavailableError
 from signals.streams.client import Client
+from signals.streams.scripts import ServerScript, missing
 
 __all__ = ("Durability", "confirm_key", "require_replicas", "write_and_wait")
 
@@ -62,25 +62,25 @@ class Durability:
                 raise InvalidInputError(f"durability {name} must be an integer >= 1, not {value!r}")
 
 
-async def write_and_wait(redis: Client, script: AsyncScript, keys: list[str], args: list[str | int],
+async def write_and_wait(redis: Client, script: ServerScript, keys: list[str], args: list[str | int],
                          durability: Durability) -> tuple[object, object]:
     """Run ``script`` then ``WAIT`` on one connection to the master of ``keys[0]``'s slot.
 
     Returns ``(script reply, WAIT reply)``, each a value or the exception Redis answered
     with (the caller raises them: the script's first). Connection failures raise.
     """
-    source = cast(str, script.script)
     for _ in range(_RESENDS):
+        command = await script.command(keys, args)
         if isinstance(redis, RedisCluster):
-            reply, acked = await _cluster_pair(redis, keys[0], ("EVAL", source, len(keys), *keys, *args), durability)
+            reply, acked = await _cluster_pair(redis, keys[0], command, durability)
         else:
             pipe = redis.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            pipe.execute_command(*command)
             pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms)
             reply, acked = await pipe.execute(raise_on_error=False)
-            if isinstance(reply, redis_exc.NoScriptError):  # a new master (failover) or a flushed cache
-                await redis.script_load(source)
-                continue
+        if missing(reply):  # a new master (failover) or a flushed library: the call did not run
+            await script.load()
+            continue
         if not isinstance(reply, redis_exc.MovedError):
             return reply, acked
     raise RedisBusyError(f"the slot of {keys[0]} kept moving ({reply}): the cluster is reconfiguring")

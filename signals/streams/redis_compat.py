@@ -138,6 +138,17 @@ class _BusyErrors:
         except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
             raise (unreachable(e) or e) from e
 
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        """Connect; a database the server does not have is the URL's fault, named as such."""
+        try:
+            await super().on_connect_check_health(check_health)  # type: ignore[misc]
+        except redis_exc.ResponseError as e:
+            if "DB index is out of range" not in str(e):
+                raise
+            db = getattr(self, "db", "?")
+            raise InvalidInputError(f"Redis refused database {db} of the URL ({e}): the server has fewer "
+                                    "databases (its `databases` setting, 16 by default)") from e
+
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         try:
             await super().send_packed_command(command, check_health)  # type: ignore[misc]

@@ -17,6 +17,7 @@ from redis import exceptions as redis_exc
 from signals.errors import CorruptDataError
 from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
+from signals.streams.orphans import orphaned_lanes
 from signals.streams.progress import lane_name_problem, lane_progress
 
 __all__ = ("BAD_LANES_LISTED", "SCAN_LANES", "BadLane", "ConsumerInfo", "PartitionInfo", "Report", "inspect",
@@ -170,13 +171,21 @@ class _Lanes:
                 else:
                     bad += 1
                     self._bad(partition, lane, problem)
+            behind = []
             for lane, read in zip(lanes, await lane_progress(redis, keys, lanes), strict=True):
                 if isinstance(read, CorruptDataError):
                     bad += 1
                     self._bad(partition, lane, str(read))
                     continue
                 lag += read[1] < read[0]
+                if read[1] < read[0]:
+                    behind.append(lane)
                 self.busiest.append((lane, read[0]))
+            for orphan in await orphaned_lanes(redis, keys, partition, behind):
+                bad += 1
+                self._bad(partition, orphan.lane, f"document at version {orphan.version}, signalled up to "
+                          f"{orphan.processed}, and its write event {orphan.eid} is gone from the write stream "
+                          "(trimmed): a worker's reconciliation signals it at its next maintenance pass")
             self.busiest = sorted(self.busiest, key=lambda x: -x[1])[:self.top]
             seen += len(found)
             if cursor == 0:

@@ -17,8 +17,9 @@ from redis import exceptions as redis_exc
 from signals.core._time import now_iso
 from signals.core.lru import LRU
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError, ThreadOwnerError
-from signals.streams.client import Client, lua
+from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
+from signals.streams.scripts import ServerScript
 
 __all__ = ("ThreadOwners", "owner_record")
 
@@ -35,7 +36,7 @@ class ThreadOwners:
     def __init__(self, redis: Client, keys: Keys, cache_size: int) -> None:
         self.redis = redis
         self.keys = keys
-        self._claim = redis.register_script(lua("thread"))
+        self._claim = ServerScript(redis, "thread")
         self._checked: LRU[str, str] = LRU(cache_size)
 
     async def owner(self, thread_id: str) -> str | None:

@@ -7,6 +7,7 @@ up front and named when unusable; :func:`redact_url` is how messages show a URL.
 
 from __future__ import annotations
 
+import re
 import ssl
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
@@ -150,8 +151,46 @@ def check_url(url: object, tls: TLSOptions | None) -> str:
             raise InvalidInputError(f"Redis URL option {name[:40]!r} is not one wm-signals passes on (redis-py "
                                     f"would take it as a connection argument); the options are "
                                     f"{', '.join(sorted(_URL_OPTIONS))}")
+        _check_option(name, values[-1] if values else "")
+    _check_database(parts.path, query, shown)
     if tls is not None and parts.scheme != "rediss":
         raise InvalidInputError(f"TLS settings need a rediss:// Redis URL, not {parts.scheme}://")
     return parts.scheme
+
+
+#: URL options whose value is a number of seconds above 0 (0 would be "time out at once"
+#: to asyncio, and redis-py then reported the server as unreachable).
+_POSITIVE_SECONDS = ("socket_timeout", "socket_connect_timeout", "timeout")
+#: URL options whose value is a whole number (0 allowed: off).
+_COUNTS = {"health_check_interval": 0, "socket_read_size": 1, "max_connections": 1}
+_CLIENT_NAME = re.compile(r"[!-~]{1,128}")
+
+
+def _check_option(name: str, value: str) -> None:
+    """Refuse a URL option value redis-py would take and then fail on, naming the option."""
+    if name in _POSITIVE_SECONDS:
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds < float("inf"):  # NaN fails both
+            raise InvalidInputError(f"Redis URL option {name}={value[:20]!r} is not a number of seconds above 0 "
+                                    "(leave the option out for no timeout)")
+    elif name in _COUNTS:
+        if not value.isdigit() or int(value) < _COUNTS[name]:
+            raise InvalidInputError(f"Redis URL option {name}={value[:20]!r} is not a whole number of at least "
+                                    f"{_COUNTS[name]}")
+    elif name == "client_name" and not _CLIENT_NAME.fullmatch(value):
+        raise InvalidInputError(f"Redis URL option client_name={value[:40]!r}: a client name is 1 to 128 printable "
+                                "characters without spaces (Redis refuses any other)")
+
+
+def _check_database(path: str, query: dict[str, list[str]], shown: str) -> None:
+    """Refuse a database that is not a number (``/x``); one past the server's ``databases``
+    is refused by the server at connect, and named then (see :class:`signals.streams.redis_compat._BusyErrors`)."""
+    for where, value in (("path", path.lstrip("/")), ("option db", (query.get("db") or [""])[-1])):
+        if value and not (value.isdigit() and len(value) <= 10):
+            raise InvalidInputError(f"Redis URL {shown!r}: the database ({where}) is {value[:20]!r}, not a "
+                                    "database number")
 
 

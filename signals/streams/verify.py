@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from signals.core.cachekey import js_trim
+from signals.core.lane import is_stream_id
 from signals.core.models import Signal
 from signals.core.signing import Signer
 from signals.errors import CorruptDataError, InvalidInputError, VerifyError
@@ -41,6 +42,9 @@ class DocumentState:
         data: the stored document's text (``None``: no document).
         processed: the document version the workers have processed (tracking ``wv``).
         tail: the id of the signal stream's last entry when the document was read.
+        event_gone: the document is ahead of what the workers processed and its own write
+            event (its ``eid``) is no longer in the write stream (trimmed by a role that may
+            append): no worker will read it; a worker's reconciliation signals the lane.
     """
 
     lane: str
@@ -48,6 +52,7 @@ class DocumentState:
     data: str | None
     processed: int
     tail: str | None
+    event_gone: bool = False
 
 
 def _version(raw: object, what: str) -> int:
@@ -77,7 +82,7 @@ async def read_document_state(redis: Client, keys: Keys, lane: str) -> DocumentS
             worker stores (a version that is not an integer, text that is not UTF-8).
     """
     doc_key, track_key, stream = keys.doc(lane), keys.track(lane), keys.signals(lane)
-    raw_data, raw_version = await _command(redis, doc_key, "HMGET", doc_key, "data", "version")
+    raw_data, raw_version, raw_eid = await _command(redis, doc_key, "HMGET", doc_key, "data", "version", "eid")
     version = None if raw_version is None else _version(raw_version, f"{doc_key} field version")
     data = None if raw_data is None else _text(raw_data)
     if raw_data is not None and data is None:
@@ -85,7 +90,12 @@ async def read_document_state(redis: Client, keys: Keys, lane: str) -> DocumentS
     processed_raw = await _command(redis, track_key, "HGET", track_key, "wv")
     processed = 0 if processed_raw is None else _version(processed_raw, f"{track_key} field wv")
     tail = await _command(redis, stream, "XREVRANGE", stream, "+", "-", "COUNT", 1)
-    return DocumentState(lane, version, data, processed, _text(tail[0][0]) if tail else None)
+    eid = None if raw_eid is None else _text(raw_eid)
+    gone = False
+    if version is not None and processed < version and eid and is_stream_id(eid):
+        writes = keys.writes(keys.partition(lane))
+        gone = not await _command(redis, writes, "XRANGE", writes, eid, eid)
+    return DocumentState(lane, version, data, processed, _text(tail[0][0]) if tail else None, gone)
 
 
 def check_document(last: Materialised, state: DocumentState) -> str:
@@ -123,8 +133,7 @@ def check_document(last: Materialised, state: DocumentState) -> str:
             raise VerifyError(f"{where}: its text differs from the stored document (version {doc})")
         return f"latest signal v{s.version} matches the stored document (version {doc})"
     if state.processed < doc:
-        return (f"workers behind: document at version {doc}, processed up to {state.processed}; latest signal "
-                f"v{s.version} is from write version {s.write_version}: not compared with the document")
+        return _behind(state, doc, s)
     if not text:
         return f"document version {doc} is empty (empty data has no signal); latest signal v{s.version} not compared"
     if last.value != text:
@@ -132,6 +141,18 @@ def check_document(last: Materialised, state: DocumentState) -> str:
                           f"have processed up to {state.processed})")
     return (f"latest signal v{s.version} matches the stored document (version {doc}; writes "
             f"{s.write_version + 1}..{doc} left the text unchanged)")
+
+
+def _behind(state: DocumentState, doc: int, s: Signal) -> str:
+    """The note on a lane whose workers are behind its document; a failure when its write
+    event is gone from the write stream (no worker will read it)."""
+    if state.event_gone:
+        raise VerifyError(f"the document is at version {doc} and the workers processed up to {state.processed}, and "
+                          "the document's write event is gone from the write stream (trimmed): the model does not "
+                          f"see version {doc} until a worker's reconciliation signals the lane (at its next "
+                          "maintenance pass); if this stays, no worker is running")
+    return (f"workers behind: document at version {doc}, processed up to {state.processed}; latest signal "
+            f"v{s.version} is from write version {s.write_version}: not compared with the document")
 
 
 async def read_verifiable(

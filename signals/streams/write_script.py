@@ -32,10 +32,11 @@ from signals.errors import (
     ThreadOwnerError,
     WmSignalsError,
 )
-from signals.streams.client import Client, lua
+from signals.streams.client import Client
 from signals.streams.durability import Durability, write_and_wait
 from signals.streams.keys import Keys
 from signals.streams.redis_errors import SERVER_CONDITIONS, acl_refused, ids_exhausted, relayed_error
+from signals.streams.scripts import ServerScript
 
 __all__ = ("LaneRef", "WriteScript")
 
@@ -71,7 +72,7 @@ class WriteScript:
         self.config = config
         self.idempotency_ttl_s = idempotency_ttl_s
         self.durability = durability
-        self.script = redis.register_script(lua("write"))
+        self.script = ServerScript(redis, "write")
 
     def keys_for(self, ref: LaneRef, owner: str, idempotency_key: str | None) -> list[str]:
         """The call's KEYS: all in the lane's slot (unused slots repeat the doc key)."""

@@ -23,6 +23,7 @@ from signals.streams.client import connect
 from signals.streams.durability import Durability
 from signals.streams.keys import Keys
 from signals.streams.progress import wait_caught_up
+from signals.streams.scripts import ensure_loaded
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import settings_for
 from tests.integration.test_acl import ADMIN, KEYS, PASSWORDS, _start
@@ -127,6 +128,11 @@ async def test_writer_and_agent_roles_may_write_durably(tmp_path: Path) -> None:
                         await anyio.sleep(0.05)
             finally:
                 await follower.aclose()
+            loader = connect(f"redis://wm-worker:{PASSWORDS['worker']}@127.0.0.1:{primary.port}/0")
+            try:  # the project's functions, as a worker loads them at its start
+                await ensure_loaded(loader)
+            finally:
+                await loader.aclose()
             for role in ("writer", "agent"):
                 client = connect(f"redis://wm-{role}:{PASSWORDS[role]}@127.0.0.1:{primary.port}/0")
                 store = WorkingMemoryStore(client, keys=KEYS, durability=Durability(1, 2000))

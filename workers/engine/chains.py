@@ -25,6 +25,7 @@ from signals.core.codec import encode_json
 from signals.core.lane import LaneDocument, LaneTracking
 from signals.streams.client import Client, queue_script
 from signals.streams.keys import Keys
+from signals.streams.scripts import missing
 from workers.engine.faults import raise_whole_server
 from workers.engine.lane_state import LaneState, Pending
 
@@ -121,20 +122,31 @@ async def walk_chains(
     todo = {partition: lanes for partition, lanes in todo.items() if lanes}
     if not todo:
         return
-    async with redis.pipeline(transaction=False) as pipe:
-        for partition, lanes in todo.items():
-            items = [{"start": walk.start, "stops": walk.stops} for walk in lanes]
-            args: list[str | int] = [limit, encode_json(items)]
-            ahead = sum(walk.steps for walk in lanes)
-            if ahead >= _BULK_MIN_STEPS:
-                top = max((int(ms), int(seq)) for ms, _, seq in (walk.start.partition("-") for walk in lanes))
-                args += ["-".join(map(str, top)), min(2 * ahead, _BULK_MAX_ENTRIES)]
-            await queue_script(pipe, script, [keys.writes(partition)], args)
-        replies = list(await pipe.execute(raise_on_error=False))
+    replies = await _walk_calls(redis, keys, script, todo, limit)
     raise_whole_server(replies)
     for (_, lanes), reply in zip(todo.items(), replies, strict=True):
         if isinstance(reply, list):
             _record_paths(states, [walk.lane for walk in lanes], reply, known, heads)
+
+
+async def _walk_calls(redis: Client, keys: Keys, script: Any, todo: dict[int, list[_Walk]], limit: int) -> list[Any]:
+    """The chain script over ``todo``'s partitions in one pipeline (again once the worker
+    has loaded the library, when the server had none: nothing ran)."""
+    for attempt in range(2):
+        async with redis.pipeline(transaction=False) as pipe:
+            for partition, lanes in todo.items():
+                items = [{"start": walk.start, "stops": walk.stops} for walk in lanes]
+                args: list[str | int] = [limit, encode_json(items)]
+                ahead = sum(walk.steps for walk in lanes)
+                if ahead >= _BULK_MIN_STEPS:
+                    top = max((int(ms), int(seq)) for ms, _, seq in (walk.start.partition("-") for walk in lanes))
+                    args += ["-".join(map(str, top)), min(2 * ahead, _BULK_MAX_ENTRIES)]
+                await queue_script(pipe, script, [keys.writes(partition)], args)
+            replies = list(await pipe.execute(raise_on_error=False))
+        if attempt or not any(missing(reply) for reply in replies):
+            break
+        await script.load()
+    return replies
 
 
 @dataclass(slots=True)

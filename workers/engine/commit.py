@@ -88,6 +88,11 @@ class LaneCommit:
     final: LaneTracking = field(default_factory=LaneTracking)
     check: dict[str, Any] | None = None
     """What a steady-state plan assumed of the document (see :func:`steady_check`)."""
+    count_acks: bool = False
+    """Acknowledge this lane's entries on their own and return how many were still pending:
+    set when some are of versions processed already (superseded), which another worker
+    may have processed (and counted) too: a reclaimed entry, or a lane committed first
+    elsewhere."""
 
     def payload(self) -> dict[str, Any]:
         """The lane's item in the commit script's plan argument (fields by name; a field at
@@ -115,6 +120,8 @@ class LaneCommit:
             out["snapshot"] = self.snapshots
         if self.check:
             out["check"] = self.check
+        if self.count_acks:
+            out["count"] = 1
         return out
 
 

@@ -1,5 +1,5 @@
 """The commit script's calls: a batch's lane commits (planned by :mod:`workers.engine.commit`)
-sent as EVALSHA calls of ``commit.lua`` in one pipeline, and the per-lane statuses back.
+sent as FCALL calls of ``commit.lua``'s function in one pipeline, and the per-lane statuses back.
 
 What a call carries: the partitions' keys (the write stream, then each lane's tracking,
 signal stream and snapshot list), a MessagePack plan of the lanes (fields by name) and the
@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 import msgspec
-from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
 from signals.core.retention import Retention
-from signals.streams.client import Client, queue_script
+from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
+from signals.streams.scripts import missing
 from workers.engine.commit import LaneCommit
 from workers.engine.faults import raise_whole_server
 
@@ -46,32 +46,29 @@ async def run_commits(
     arguments of their own: escaped into it, they cost more to encode here and to decode
     in the script than anything else either does with them.
 
-    On one server the scripts go as plain EVALSHA: redis-py would otherwise send SCRIPT
-    EXISTS before every pipeline holding a script (a round trip per batch). A call whose
-    script the server does not have (NOSCRIPT: it was restarted or flushed; the script did
-    not run) is made again once the script is loaded."""
+    The calls go as FCALL of the library's commit function (EVALSHA on Redis 6.2, see
+    :mod:`signals.streams.scripts`). A call the server has no function for (the library
+    was flushed, or Redis restarted without persistence; nothing ran) is made again once
+    the worker has loaded the library."""
     plain = not isinstance(redis, RedisCluster)
     groups = _calls(order, merge=plain)
     calls = [_commit_call(keys, group, retention) for group in groups]
     async with redis.pipeline(transaction=False) as pipe:
         for script_keys, args in calls:
-            if plain:
-                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
-            else:
-                await queue_script(pipe, script, script_keys, args)
+            await script.queue(pipe, script_keys, args)
         if read_ahead is not None:
             consumer, streams, count = read_ahead
             pipe.xreadgroup(GROUP, consumer, dict.fromkeys(streams, ">"), count=count)
         results = list(await pipe.execute(raise_on_error=False))
     ahead: object = results.pop() if read_ahead is not None else None
-    missing = [n for n, result in enumerate(results) if isinstance(result, redis_exc.NoScriptError)]
-    if missing:
-        await redis.script_load(script.script)
+    absent = [n for n, result in enumerate(results) if missing(result)]
+    if absent:
+        await script.load()
         async with redis.pipeline(transaction=False) as pipe:
-            for n in missing:
+            for n in absent:
                 script_keys, args = calls[n]
-                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
-            for n, result in zip(missing, await pipe.execute(raise_on_error=False), strict=True):
+                await script.queue(pipe, script_keys, args)
+            for n, result in zip(absent, await pipe.execute(raise_on_error=False), strict=True):
                 results[n] = result
     raise_whole_server(results)
     out: list[list[list[str]] | Exception] = []

@@ -40,8 +40,9 @@ from signals.core.lane import is_stream_id, parse_version
 from signals.core.models import Attributes, Signal
 from signals.core.signing import Signer
 from signals.errors import CorruptDataError, InvalidInputError
-from signals.streams.client import Client, lua
+from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
+from signals.streams.scripts import ServerScript
 from workers.engine.cache import RECENT, TrackingCache, rebuilt_from
 from workers.engine.counters import METRICS
 from workers.engine.faults import is_whole_server
@@ -93,7 +94,7 @@ class Compactor:
         self.signer = signer
         self.cache = cache
         self.stats = CompactStats()
-        self._script = redis.register_script(lua("compact"))
+        self._script = ServerScript(redis, "compact")
         # index into partitions of the one being swept: worker instances that share the
         # partitions start their sweeps at different ones (and meet less often on a lane)
         self._turn = random.randrange(len(self.partitions)) if self.partitions else 0

@@ -32,15 +32,18 @@ import anyio
 import anyio.abc
 import msgspec
 import structlog
+from redis import exceptions as redis_exc
 
 from signals.core._time import now_iso
 from signals.core.codec import FIELD, encode_json
 from signals.core.lane import LaneDocument, LaneTracking
+from signals.core.models import WriteEvent
 from signals.core.signing import Signer
 from signals.errors import WmSignalsError
-from signals.streams.client import Client, lua
+from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
 from signals.streams.redis_errors import ReplyTooLargeError
+from signals.streams.scripts import ServerScript
 from workers.engine import chunking
 from workers.engine.cache import TrackingCache
 from workers.engine.chains import ChainLinks, walk_chains
@@ -53,6 +56,7 @@ from workers.engine.events import REQUEUED_FIELD, EventDecoder, printable, text
 from workers.engine.lane_state import LaneState, Pending, load_documents, read_lanes
 from workers.engine.options import ConsumerOptions
 from workers.engine.reader import GroupReader, RawEntry
+from workers.engine.reconcile import CATCH_UP_ID, Orphan, Scanner
 
 __all__ = ("BatchStats", "Consumer")
 
@@ -81,9 +85,9 @@ class Consumer(GroupReader):
         self.options = options
         self.signer = signer
         self.stats = BatchStats()
-        self._commit = redis.register_script(lua("commit"))
-        self._chain = redis.register_script(lua("chain"))
-        self._claim = redis.register_script(lua("claim"))
+        self._commit = ServerScript(redis, "commit")
+        self._chain = ServerScript(redis, "chain")
+        self._claim = ServerScript(redis, "claim")
         self._links = ChainLinks(options.tracking_cache)
         self._cache = TrackingCache(redis, keys, options.tracking_cache)
         self._dead = DeadLetters(redis, keys, max_attempts=options.max_attempts, maxlen=options.dead_letter_maxlen)
@@ -96,6 +100,7 @@ class Consumer(GroupReader):
         #: Set when what was read ahead may be pending unread (a reply over the client's
         #: bound): the read loop then drains this consumer's pending entries.
         self.drain_needed = False
+        self._scanner: Scanner | None = None
 
     async def drain_pending(self, streams: list[str] | None = None) -> BatchStats:
         """Process this consumer's own pending entries once (after a restart or reconnect,
@@ -154,19 +159,71 @@ class Consumer(GroupReader):
         client's reply bound (see :meth:`_read_ids`): a dead consumer's pending entry of
         any size is dead-lettered, not read whole by every worker that claims it."""
         total = BatchStats()
+        lost: list[str] = []
         for stream in await self.readable(self.keys.all_writes()):
-            start = "0-0"
-            while True:
-                reply = await self._claim(keys=[stream], args=[GROUP, self.name, self.options.claim_idle_ms, start,
-                                                               self.options.batch])
-                start, claimed = str(reply[0]), [str(entry_id) for entry_id in reply[1]]
-                if claimed:
-                    log.info("worker.reclaimed", stream=stream, count=len(claimed))
-                    METRICS.add("reclaimed_entries", len(claimed))
-                    await self._process_ids(stream, claimed, total)
-                if start in ("0-0", "0"):
-                    break
+            try:
+                await self._reclaim_stream(stream, total)
+            except redis_exc.ResponseError as e:
+                if "NOGROUP" not in str(e):
+                    raise
+                lost.append(stream)  # the group (or the stream) was destroyed under us
+        if lost:
+            log.warning("worker.group_recreated", streams=lost, note="the consumer group was lost: created again")
+            await self.ensure_groups()
         return total
+
+    async def _reclaim_stream(self, stream: str, total: BatchStats) -> None:
+        """Claim and process ``stream``'s entries idle past ``claim_idle_ms`` (NOGROUP: the caller's)."""
+        start = "0-0"
+        while True:
+            reply = await self._claim(keys=[stream], args=[GROUP, self.name, self.options.claim_idle_ms, start,
+                                                           self.options.batch])
+            start, claimed = str(reply[0]), [str(entry_id) for entry_id in reply[1]]
+            if claimed:
+                log.info("worker.reclaimed", stream=stream, count=len(claimed))
+                METRICS.add("reclaimed_entries", len(claimed))
+                await self._process_ids(stream, claimed, total)
+            if start in ("0-0", "0"):
+                break
+
+    async def reconcile(self) -> BatchStats:
+        """Signal lanes whose document is ahead of their signals and whose write event is
+        gone from the write stream (trimmed by a role that may append: see
+        :mod:`workers.engine.reconcile`), a page of each partition's lanes per call, through the
+        commit path: a catch-up of each document, compare-and-set on its tracking."""
+        if self._scanner is None:
+            partitions = [p for p in range(self.keys.partitions) if p % self.shard[1] == self.shard[0]]
+            self._scanner = Scanner(self.redis, self.keys, partitions)
+        orphans = await self._scanner.next_page()
+        if not orphans:
+            return BatchStats()
+        entries = [await self._catch_up_entry(orphan) for orphan in orphans]
+        log.warning("worker.lanes_reconciled", lanes=[o.lane for o in orphans][:20], count=len(orphans),
+                    note="document ahead of its signals with its write event gone from the stream")
+        METRICS.add("reconciled_lanes", len(orphans))
+        stats = BatchStats()
+        await self._passes([e for e in entries if e is not None], stats, None)
+        self.stats.add(stats)
+        left = await self._scanner.still_orphaned(orphans)
+        if left:  # a fault of the lane: not tried again until its document moves
+            log.warning("worker.reconcile_failed", lanes=[o.lane for o in left][:20], count=len(left))
+            self._scanner.skip(left)
+        return stats
+
+    async def _catch_up_entry(self, orphan: Orphan) -> Pending | None:
+        """A request to bring ``orphan`` up to its document (as ``dlq requeue`` makes one),
+        standing for its lost write event (its id: :data:`~workers.engine.reconcile.CATCH_UP_ID`)."""
+        owner = orphan.lane[2:]
+        resource: str | None = owner
+        thread: str | None = None
+        if orphan.scope == "thread":
+            thread = owner
+            found = await self.redis.hget(self.keys.thread(owner), "resource")
+            resource = found if isinstance(found, str) else None
+        event = WriteEvent(lane=orphan.lane, scope=orphan.scope, format=orphan.format,  # type: ignore[arg-type]
+                           version=orphan.version, data="", op="replace", resource_id=resource, thread_id=thread,
+                           written_at=now_iso())
+        return Pending(orphan.partition, CATCH_UP_ID, event, None, requeued=True)
 
     async def _process_ids(self, stream: str, ids: list[str], total: BatchStats) -> None:
         """Read the entries of ``stream`` with these ids (fields ``None``: deleted) and
@@ -449,6 +506,9 @@ class Consumer(GroupReader):
         if not per_partition:
             return retry
         order = list(per_partition.items())
+        for _, commits in order:  # events of versions processed already: maybe processed (and counted) elsewhere
+            for c in commits:
+                c.count_acks = c.stats.superseded > 0
         reading = prefetch is not None and prefetch.entries is None
         read_ahead = (self.name, prefetch.streams, self.read_count) if prefetch and reading else None
         results, ahead = await run_commits(self.redis, self.keys, self._commit, order,
@@ -482,6 +542,9 @@ class Consumer(GroupReader):
 
     def _settle(self, c: LaneCommit, status: list[str], stats: BatchStats, force: dict[str, str]) -> list[Pending]:
         """Apply one lane's commit status; returns its entries when it must be recomputed."""
+        if status[0] == "okc":  # counted: entries no longer pending were processed (and counted) elsewhere
+            _uncount(c.stats, len(c.acks) - int(status[1]))
+            status = ["ok", *status[2:]]
         if status[0] == "ok":
             stats.add(c.stats)
             METRICS.committed(c.entries, time.time())
@@ -495,10 +558,25 @@ class Consumer(GroupReader):
         self._cache.forget(c.lane)
         if status[0] == "conflict":
             stats.conflicts += 1
+        elif status[0] == "adopted":  # signals of a half-done commit became its tracking: planned anew
+            log.warning("worker.tracking_repaired", lane=c.lane,
+                        note="signals appended without their tracking (a commit failed after its first write)")
         else:  # "resnap" or "type": the lane's own keys are not what the tracking says
             force[c.lane] = status[0]
             log.warning("worker.lane_check_failed", lane=c.lane, status=status[0], detail=status[1:])
         return c.entries
+
+
+def _uncount(stats: BatchStats, gone: int) -> None:
+    """Take ``gone`` events another worker acknowledged (and counted) out of a lane's
+    outcome counts: they are counted where they were processed first. Such events were
+    skipped here (their versions were processed already)."""
+    gone = min(gone, stats.skipped)
+    stats.skipped -= gone
+    for name in ("superseded", "deduplicated", "caught_up"):
+        taken = min(gone, getattr(stats, name))
+        setattr(stats, name, getattr(stats, name) - taken)
+        gone -= taken
 
 
 _Careful = tuple[str, list[Pending]]

@@ -44,7 +44,7 @@ BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                    300.0, 1800.0)
 COUNTERS = ("dedup_skips", "commit_conflicts", "reclaimed_entries", "reconnects", "lanes_compacted",
-            "compaction_entries_removed")
+            "compaction_entries_removed", "reconciled_lanes")
 
 
 def dead_letter_reason(error: str) -> str:
@@ -129,6 +129,8 @@ class WorkerMetrics:
         total = 0.0
         for entry in entries:  # Histogram.observe inlined: this runs once per event
             eid = entry.entry_id
+            if eid.startswith("0-"):  # a reconciliation's catch-up (workers.engine.reconcile), no write's entry
+                continue
             ms = now_ms - int(eid[:eid.index("-")])
             ms = ms if ms > 0 else 0.0
             counts[bisect_left(bounds, ms)] += 1

@@ -12,13 +12,15 @@ from redis import exceptions as redis_exc
 from signals.core._time import now_iso
 from signals.core.codec import FIELD, encode_json
 from signals.core.models import DeadLetter
-from signals.streams.client import Client, lua
+from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
+from signals.streams.scripts import ServerScript
 from workers.engine.commit import BatchStats
 from workers.engine.counters import METRICS
 from workers.engine.events import text
 from workers.engine.faults import is_whole_server
 from workers.engine.lane_state import Pending
+from workers.engine.reconcile import CATCH_UP_ID
 
 __all__ = ("DeadLetters",)
 
@@ -31,12 +33,17 @@ class DeadLetters:
     def __init__(self, redis: Client, keys: Keys, *, max_attempts: int, maxlen: int) -> None:
         self.redis, self.keys = redis, keys
         self.max_attempts, self.maxlen = max_attempts, maxlen
-        self._script = redis.register_script(lua("dead_letter"))
+        self._script = ServerScript(redis, "dead_letter")
 
     async def failed(self, entry: Pending, error: Exception, stats: BatchStats) -> None:
-        """Count a processing failure; dead-letter the event after ``max_attempts``."""
+        """Count a processing failure; dead-letter the event after ``max_attempts`` (a
+        reconciliation's catch-up, which stands for no entry, is neither: see
+        :data:`~workers.engine.reconcile.CATCH_UP_ID`)."""
         if is_whole_server(error):
             raise error
+        if entry.entry_id == CATCH_UP_ID:
+            log.warning("worker.catch_up_failed", lane=entry.event.lane, error=f"{type(error).__name__}: {text(error)}")
+            return
         try:
             attempts = int(await self.redis.hincrby(self.keys.failures(entry.partition), entry.entry_id, 1))
         except (redis_exc.ResponseError, ValueError) as e:  # a failure count that cannot be kept
@@ -56,6 +63,9 @@ class DeadLetters:
         """Move an entry to its partition's dead-letter stream; ``False`` when Redis refused
         (a dead-letter stream of another type, say): the entry then stays pending, is
         reclaimed later, and no other entry waits for it."""
+        if entry_id == CATCH_UP_ID:  # a reconciliation's catch-up: no event to keep
+            log.warning("worker.catch_up_refused", partition=partition, reason=error)
+            return False
         letter = DeadLetter(stream=self.keys.writes(partition), entry_id=entry_id, fields=fields,
                             error=error, attempts=attempts, at=now_iso())
         try:

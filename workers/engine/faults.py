@@ -4,7 +4,8 @@ A worker must never exit for a fault of one lane, and must never dead-letter a l
 events because the server was briefly unable to work. Whole-server conditions: the
 connection failed or timed out, Redis is out of memory (``noeviction``), loading its
 dataset, a read-only replica, a master refusing writes for want of replicas
-(``min-replicas-to-write``), or a cluster reconfiguring. Everything else a command
+(``min-replicas-to-write``), a cluster reconfiguring, or the wm-signals functions missing where this user may not load
+them (a worker with the generated ACL may). Everything else a command
 answers with is about the keys it touched.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from redis import exceptions as redis_exc
 
 from signals.streams.redis_errors import SERVER_CONDITIONS, relayed_error
+from signals.streams.scripts import ScriptsNotLoadedError
 
 __all__ = ("WHOLE_SERVER", "is_whole_server", "raise_whole_server")
 
@@ -27,6 +29,7 @@ WHOLE_SERVER: tuple[type[Exception], ...] = (
     redis_exc.ReadOnlyError,
     redis_exc.TryAgainError,
     redis_exc.ClusterDownError,
+    ScriptsNotLoadedError,
 )
 
 

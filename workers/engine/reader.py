@@ -16,9 +16,10 @@ from redis import exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 
 from signals.errors import GroupMissingError
-from signals.streams.client import Client, lua
+from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
 from signals.streams.redis_errors import ReplyTooLargeError
+from signals.streams.scripts import ServerScript
 
 __all__ = ("GroupReader", "RawEntry")
 
@@ -42,7 +43,7 @@ class GroupReader:
         #: reply was over the client's ``max_reply_bytes`` (down to 1), doubling back after
         #: each read that was not (see :meth:`read_batch`).
         self.read_count = batch
-        self._leave = redis.register_script(lua("leave"))
+        self._leave = ServerScript(redis, "leave")
 
     async def ensure_groups(self) -> None:
         """Create the consumer group on every partition stream (from the start; idempotent).

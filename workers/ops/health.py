@@ -38,7 +38,6 @@ worker except when the supervising parent of a child process has gone (orphans s
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import socket
@@ -56,18 +55,17 @@ from redis.asyncio.cluster import RedisCluster
 
 from signals.core._time import now_iso
 from signals.core.codec import encode_json
-from signals.streams.client import Client, lua
+from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
+from signals.streams.scripts import ScriptsNotLoadedError, ensure_loaded, library_name
 from workers.engine.counters import METRICS, Layout, WorkerMetrics
 from workers.engine.faults import is_whole_server
 
-__all__ = ("READY_TEXT", "WORKER_SCRIPTS", "Board", "Monitor", "check_heartbeat", "heartbeat_instance",
+__all__ = ("READY_TEXT", "Board", "Monitor", "check_heartbeat", "heartbeat_instance",
            "liveness_bound", "ready_max_age")
 
 log = structlog.get_logger(__name__)
 
-#: The scripts a worker runs (readiness checks that they are in Redis's script cache).
-WORKER_SCRIPTS = ("commit", "chain", "dead_letter")
 
 #: Readiness codes (stored as floats in the board) and the text ``/readyz`` answers.
 READY_TEXT = {
@@ -205,9 +203,6 @@ class Monitor:
         self.ready = 1
         self.checked_at = 0.0
         self.stopping = False
-        self._scripts = {name: lua(name) for name in WORKER_SCRIPTS}
-        self._shas = [hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
-                      for text in self._scripts.values()]
         metrics.resize(keys.partitions)
 
     async def run(self, stop: anyio.Event) -> None:
@@ -260,6 +255,8 @@ class Monitor:
         """One readiness check (a code of :data:`READY_TEXT`); refreshes the Redis-read gauges."""
         try:
             return await self._probe()
+        except ScriptsNotLoadedError:  # this worker's ACL may not load them: nothing it commits would run
+            return 3
         except redis_exc.RedisError as e:
             if isinstance(e, (redis_exc.ConnectionError, redis_exc.TimeoutError)):
                 return 2
@@ -287,9 +284,9 @@ class Monitor:
             return 3
         if code:
             return code
-        if not all(await self.redis.script_exists(*self._shas)):
-            for text in self._scripts.values():
-                await self.redis.script_load(text)
+        if await ensure_loaded(self.redis):  # flushed, or a restart without persistence
+            log.warning("worker.functions_loaded", library=library_name(),
+                        note="the wm-signals functions were missing on the server: loaded again")
         return 0
 
     def _gauges(self, replies: list[Any]) -> int:

@@ -95,7 +95,9 @@ class MetricsCollector(Collector):
                  "reclaimed_entries": "Pending entries of idle consumers claimed (XAUTOCLAIM).",
                  "reconnects": "Times a read loop got Redis back after losing it.",
                  "lanes_compacted": "Idle lanes compacted to one snapshot by the maintenance.",
-                 "compaction_entries_removed": "Signal stream entries removed by compaction."}
+                 "compaction_entries_removed": "Signal stream entries removed by compaction.",
+                 "reconciled_lanes": "Lanes signalled up to their document after their write event was trimmed "
+                                     "from the write stream."}
         for name, value in zip(COUNTERS, take(len(COUNTERS)), strict=True):
             yield CounterMetricFamily(PREFIX + name, helps[name], value=value)
         yield _histogram("batch_duration_seconds", "Seconds to process one batch of write events.",

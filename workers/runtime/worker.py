@@ -35,6 +35,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 from redis import exceptions as redis_exc
+from redis.asyncio.cluster import RedisCluster
 
 from signals.core.lane import LaneOptions
 from signals.core.retention import Retention
@@ -43,6 +44,7 @@ from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.namespace import check_namespace
 from signals.streams.redis_errors import ReplyTooLargeError
+from signals.streams.scripts import ensure_loaded, library_name
 from signals.tokenizers import token_counter
 from workers.engine.consumer import Consumer
 from workers.engine.counters import METRICS
@@ -67,6 +69,34 @@ async def _wait(backoff: Backoff, error: BaseException) -> None:
         raise RedisUnavailableError(f"Redis unreachable for {backoff.timeout_s:.0f}s: {error}") from error
     log.warning("worker.redis_unavailable", error=repr(error), retry_in_s=round(delay, 3))
     await anyio.sleep(delay)
+
+
+async def warn_if_evicting(redis: Client) -> str | None:
+    """Log a warning when Redis may evict this deployment's keys (``maxmemory-policy`` other
+    than ``noeviction``); returns the policy then. Under ``allkeys-*`` a lane's document,
+    tracking or signals can vanish at any time (versions were reused and events
+    dead-lettered as "unknown lane"); under ``volatile-*`` the keys with a TTL go first
+    (idempotency keys: a retried write can apply twice). A cluster client is not asked."""
+    if isinstance(redis, RedisCluster):
+        return None
+    try:
+        info = await redis.info("memory")
+    except redis_exc.ResponseError:  # a user without INFO: nothing to tell
+        return None
+    policy = info.get("maxmemory_policy") if isinstance(info, dict) else None
+    if not isinstance(policy, str) or policy == "noeviction":
+        return None
+    lost = ("any key: documents, tracking and signals (lanes lose versions)" if policy.startswith("allkeys")
+            else "keys with a TTL: idempotency keys (a retried write can apply twice) and heartbeats")
+    log.warning("worker.eviction_policy", maxmemory_policy=policy,
+                note=f"Redis may evict {lost}; set maxmemory-policy noeviction for wm-signals")
+    return policy
+
+
+async def _load_functions(redis: Client) -> None:
+    """Load the project's functions unless the server has them (see :mod:`signals.streams.scripts`)."""
+    if await ensure_loaded(redis):
+        log.info("worker.functions_loaded", library=library_name())
 
 
 async def _retrying(backoff: Backoff, stop: anyio.Event, fn: object) -> None:
@@ -108,6 +138,8 @@ async def run_worker(
     backoff = Backoff(settings.reconnect_timeout_s)
     await _retrying(backoff, stop, lambda: check_namespace(redis, consumer.keys))
     await _retrying(backoff, stop, consumer.ensure_groups)
+    await _retrying(backoff, stop, lambda: _load_functions(redis))
+    await _retrying(backoff, stop, lambda: warn_if_evicting(redis))
     log.info("worker.started", consumer=name, partitions=settings.partitions, policy=settings.policy)
     cut = anyio.Event()  # set when the hard deadline cut the stop short
     async with anyio.create_task_group() as tg:
@@ -205,19 +237,38 @@ async def _step(consumer: Consumer, active: list[str], ahead: list[RawEntry], st
 
 
 async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -> None:
+    """Every ``interval``: load the project's functions if the server lost them (a flush, a
+    restart without persistence: writers wait for them), reclaim idle entries, trim the
+    write streams, reconcile lanes whose document is ahead of their signals, compact idle
+    lanes. A task meeting
+    a lost group or stream (or any fault of keys) is skipped until the next interval, with
+    a warning, and the others still run: only a missing permission (the deployment's
+    fault) reaches the caller."""
+    tasks = (("functions", lambda: _load_functions(consumer.redis)), ("reclaim", consumer.reclaim),
+             ("trim", lambda: trim_write_streams(consumer.redis, consumer.keys)), ("reconcile", consumer.reconcile),
+             ("compact", lambda: consumer.compactor.run_pass(round(time.time() * 1000))))
     while not stop.is_set():
         with anyio.move_on_after(interval):
             await stop.wait()
         if stop.is_set():
             return
-        try:
-            await consumer.reclaim()
-            await trim_write_streams(consumer.redis, consumer.keys)
-            await consumer.compactor.run_pass(round(time.time() * 1000))
-        except redis_exc.RedisError as e:
-            if not is_whole_server(e) and "WRONGTYPE" not in str(e):
-                raise
-            log.warning("worker.maintenance_skipped", error=repr(e))
+        for name, task in tasks:
+            try:
+                await task()
+            except GroupMissingError as e:
+                log.warning("worker.group_recreated", task=name, error=str(e))
+                await _ensure_groups(consumer)
+            except redis_exc.RedisError as e:
+                if isinstance(e, redis_exc.NoPermissionError):
+                    raise
+                log.warning("worker.maintenance_skipped", task=name, error=repr(e))
+
+
+async def _ensure_groups(consumer: Consumer) -> None:
+    try:
+        await consumer.ensure_groups()
+    except redis_exc.RedisError as e:  # the read loop makes them again at its next read
+        log.warning("worker.maintenance_skipped", task="groups", error=repr(e))
 
 
 #: The signals that stop a worker gracefully: SIGTERM (an orchestrator, ``kill``), SIGINT

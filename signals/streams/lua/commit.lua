@@ -34,6 +34,7 @@
 --              than anything else it does with them)
 --   macs, snapshot, acks   the signals' MACs ('' = none; absent: none is signed), 0/1
 --              per signal (absent: none is a snapshot), the write entry ids to acknowledge
+--   count      1: acknowledge the lane's entries on their own and return how many were pending
 --   check      absent, or (a lane planned without reading its document: the steady state)
 --              what the plan assumed, verified here before anything of the lane is written:
 --              doc (the lane's document hash key), version (the batch's highest of the
@@ -42,8 +43,10 @@
 --              (thread lanes: the owner record's key and the resource the events name;
 --              absent otherwise). The document and the owner record are read only, so they
 --              are not declared (EVAL would need write access to them); they share the slot.
--- Returns one array per partition, of one item per lane: {'ok', tail id, ids a check walked...}, {'conflict'},
--- {'resnap'}, {'type', keys}, {'reset', key} (the signal stream takes no new entry: the
+-- Returns one array per partition, of one item per lane: {'ok', tail id, ids a check walked...} (with
+-- count=1 in the lane's plan: {'okc', how many of its entries were still pending, tail id, ...}), {'conflict'},
+-- {'resnap'}, {'adopted'} (signals a failed commit appended without its tracking became the
+-- tracking: the lane is planned again), {'type', keys}, {'reset', key} (the signal stream takes no new entry: the
 -- lane needs a new one) or {'unverified'} (the check failed: the lane is planned again
 -- from its document).
 local group = ARGV[1]
@@ -62,6 +65,45 @@ for _, partition in ipairs(partitions) do
     lane.macs = lane.macs or {}
     lane.snapshot = lane.snapshot or {}
   end
+end
+
+-- Before the first write of the call: each partition's write stream is a stream (or
+-- absent), and the caller's ACL lets every command the call may run on each lane's keys
+-- run (see _checks.lua); otherwise the call fails as a whole, having written nothing.
+local function preflight()
+  local base = 1
+  for _, partition in ipairs(partitions) do
+    local writes = KEYS[base]
+    local t = redis.call('TYPE', writes)['ok']
+    if t ~= 'stream' and t ~= 'none' then
+      return 'WRONGTYPE ' .. writes .. ' is a ' .. t .. ', not a stream: nothing was written'
+    end
+    local checks = {{'XACK', writes, group, '0-1'}}
+    for i, lane in ipairs(partition.lanes) do
+      local k = base + 1 + (i - 1) * 3
+      local trk, sig, snaps = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+      checks[#checks + 1] = {'HSET', trk, 'f', 'v'}
+      if #lane.signals > 0 then
+        checks[#checks + 1] = {'XADD', sig, '*', 'e', 'x', 'm', 'x'}
+        checks[#checks + 1] = {'XTRIM', sig, 'MINID', '0-1'}
+      end
+      if lane.repair == 1 then
+        checks[#checks + 1] = {'DEL', trk, sig, snaps}
+      end
+      for s = 1, #lane.signals do
+        if lane.snapshot[s] == 1 then
+          checks[#checks + 1] = {'RPUSH', snaps, 'x'}
+          checks[#checks + 1] = {'LTRIM', snaps, '0', '-1'}
+          checks[#checks + 1] = {'DEL', snaps}
+          break
+        end
+      end
+    end
+    local denied = first_refusal(checks)
+    if denied then return denied end
+    base = base + 1 + 3 * #partition.lanes
+  end
+  return nil
 end
 
 local function is_id(s)
@@ -230,6 +272,45 @@ local function verified(writes, check)
   return nil
 end
 
+-- A commit that appended a lane's signals and then failed before storing its tracking
+-- (a command refused after the first write: Redis does not roll a script back) left
+-- signals after the tail the tracking names. When they are the lane's next versions, one
+-- after the other, each one of our signals, the tracking is repaired from the last of them
+-- (version, cacheKey, mode, write version, signals since the snapshot, tail) instead of
+-- appending them again; the worker then plans the lane anew from there. Returns whether
+-- it repaired the tracking.
+local adopt_max = 16
+local function adopt(trk, sig, lane)
+  if lane.tail ~= '' and not is_id(lane.tail) then return false end
+  local cur = redis.call('HMGET', trk, 'v', 'n')
+  local v = tonumber(cur[1] or '0') or -1
+  local n = tonumber(cur[2] or '0') or -1
+  if v < 0 or n < 0 or (cur[1] or '') ~= lane.expected_v then return false end
+  local from = lane.tail == '' and '-' or '(' .. lane.tail
+  local after = redis.call('XRANGE', sig, from, '+', 'COUNT', adopt_max + 1)
+  if #after == 0 or #after > adopt_max then return false end
+  local last = nil
+  for _, entry in ipairs(after) do
+    local payload = nil
+    for f = 1, #entry[2] - 1, 2 do
+      if entry[2][f] == 'e' then payload = entry[2][f + 1] end
+    end
+    if type(payload) ~= 'string' then return false end
+    local ok, signal = pcall(cjson.decode, payload)
+    if not ok or type(signal) ~= 'table' or signal.id ~= 'working-memory' or signal.version ~= v + 1
+        or type(signal.cacheKey) ~= 'string' or type(signal.writeVersion) ~= 'number' then
+      return false
+    end
+    v = v + 1
+    if signal.mode == 'snapshot' then n = 1 elseif signal.mode == 'delta' then n = n + 1 else return false end
+    last = {entry[1], signal}
+  end
+  local signal = last[2]
+  redis.call('HSET', trk, 'v', v, 'ck', signal.cacheKey, 'mode', signal.mode,
+    'wv', string.format('%d', signal.writeVersion), 'n', n, 'tail', last[1])
+  return true
+end
+
 local function has_snapshot(flags)
   for _, flag in ipairs(flags) do
     if flag == 1 then return true end
@@ -283,7 +364,7 @@ local function commit_partition(base, lanes)
         if last.err then
           status = {'type', sig}
         elseif lane.tail ~= false and ((last[1] and last[1][1]) or '') ~= lane.tail then
-          status = {'resnap'}
+          status = adopt(trk, sig, lane) and {'adopted'} or {'resnap'}
         end
       end
     end
@@ -323,8 +404,13 @@ local function commit_partition(base, lanes)
       hset[#hset + 1] = 'tail'
       hset[#hset + 1] = tail
       redis.call('HSET', trk, unpack(hset))
-      for _, id in ipairs(lane.acks) do acks[#acks + 1] = id end
-      status = {'ok', tail}
+      local counted = nil
+      if lane.count == 1 and #lane.acks > 0 then -- entries another worker may have processed too
+        counted = redis.call('XACK', writes, group, unpack(lane.acks))
+      else
+        for _, id in ipairs(lane.acks) do acks[#acks + 1] = id end
+      end
+      status = counted and {'okc', counted, tail} or {'ok', tail}
       for _, id in ipairs(walked or {}) do status[#status + 1] = id end
     end
     out[i] = status
@@ -333,6 +419,8 @@ local function commit_partition(base, lanes)
   return out
 end
 
+local denied = preflight()
+if denied then return redis.error_reply(denied) end
 local results, base = {}, 1
 for p, partition in ipairs(partitions) do
   local out, err = commit_partition(base, partition.lanes)

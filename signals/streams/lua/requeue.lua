@@ -5,6 +5,12 @@
 -- takes it as a request to bring the lane up to its stored document (a catch-up signal
 -- of the document's own text), never as a write with its own text.
 -- KEYS: 1 dead-letter stream, 2 writes stream.  ARGV: 1 dead-letter id, 2.. field/value pairs
+-- Before the first write: the writes stream takes entries (a stream, or absent) and both
+-- commands may run (a refused XADD after the XDEL would lose the dead letter).
+local length = redis.pcall('XLEN', KEYS[2])
+if type(length) == 'table' and length.err then return redis.error_reply(length.err) end
+local denied = first_refusal({{'XDEL', KEYS[1], ARGV[1]}, {'XADD', KEYS[2], '*', 'e', 'x'}})
+if denied then return redis.error_reply(denied) end
 if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return false end
 local fields = {}
 for i = 2, #ARGV - 1, 2 do

@@ -62,6 +62,13 @@ local version = tonumber(cur[1] or '0')
 if version ~= tonumber(ARGV[1]) then return {'conflict', cur[1] or '0'} end
 if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
 if mistyped(KEYS[5], 'set') then return {'type', KEYS[5]} end
+-- every command below may run (the caller's ACL), or nothing is written
+local checks = {{'XADD', KEYS[2], '*', 'e', 'x'}, {'HSET', KEYS[1], 'f', 'v'}, {'HDEL', KEYS[1], 'f'},
+  {'SADD', KEYS[5], 'x'}}
+if claim then checks[#checks + 1] = {'HSET', KEYS[4], 'f', 'v'} end
+if KEYS[3] ~= KEYS[1] then checks[#checks + 1] = {'SET', KEYS[3], 'v', 'EX', '1'} end
+local denied = first_refusal(checks)
+if denied then return redis.error_reply(denied) end
 local id = redis.pcall('XADD', KEYS[2], '*', 'e', ARGV[5], 'p', cur[3] or '')
 if failed(id) then
   if string.find(id.err, 'WRONGTYPE', 1, true) then return {'type', KEYS[2]} end

@@ -7,6 +7,10 @@ get a random one (``secrets.token_urlsafe``), printed to stderr as ``USER PASSWO
 lines for the operator to store; the file itself holds only SHA-256 hashes. It talks to
 no Redis: load the file with ``aclfile`` in redis.conf (or ``ACL LOAD``).
 
+``wm-signals deploy functions --redis-url URL`` loads the project's Redis Functions library
+(:mod:`signals.streams.scripts`) as the user of the URL (the operator or the worker: no
+other role may); workers load it by themselves at their start.
+
 ``wm-signals deploy kubernetes [--namespace NS] [--partitions N] [--k8s-namespace K] [-o DIR] ...``
 prints the manifests of :mod:`workers.deploy.kubernetes` as one YAML stream, or writes them into
 DIR, one file per concern (:data:`workers.deploy.kubernetes.FILES`); ``deploy/kubernetes/`` holds
@@ -25,7 +29,10 @@ from typing import Any
 from signals.errors import InvalidInputError
 from signals.streams.acl import ROLES, acl_file, user_name
 from signals.streams.keys import Keys
+from signals.streams.scripts import ensure_loaded, library_name
+from workers.cli.args import add_common_args, run_async, settings_from
 from workers.deploy import kubernetes
+from workers.runtime.connect import open_client
 
 __all__ = ("parse_passwords", "register")
 
@@ -97,6 +104,18 @@ def _cmd_kubernetes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_functions(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+
+    async def main() -> int:
+        async with open_client(settings) as redis:
+            loaded = await ensure_loaded(redis)
+        print(f"{library_name()}: {'loaded' if loaded else 'already loaded'}")
+        return 0
+
+    return run_async(main)
+
+
 def _register_kubernetes(what: Any) -> None:
     defaults = kubernetes.Options(Keys())
     k8s = what.add_parser(
@@ -128,7 +147,7 @@ def _register_kubernetes(what: Any) -> None:
 
 
 def register(sub: Any) -> None:
-    """Add ``deploy acl`` and ``deploy kubernetes`` to the CLI's sub-parsers."""
+    """Add ``deploy acl``, ``deploy functions`` and ``deploy kubernetes`` to the CLI's sub-parsers."""
     deploy = sub.add_parser("deploy", help="generate deployment files: ACL users, Kubernetes manifests")
     what = deploy.add_subparsers(dest="deploy_command", required=True, metavar="WHAT")
     acl = what.add_parser(
@@ -142,4 +161,10 @@ def register(sub: Any) -> None:
                      help="also allow what a Redis Cluster client needs (CLUSTER SLOTS, COMMAND, ASKING)")
     acl.add_argument("-o", "--output", metavar="FILE", help="write the file here (default stdout)")
     acl.set_defaults(handler=_cmd_acl)
+    functions = what.add_parser(
+        "functions", help="load the project's Redis Functions library (as the operator or the worker)",
+        description="Load the wm-signals functions library unless the server has it (workers do so at their "
+                    "start): after FUNCTION FLUSH, or before starting writers of a new release.")
+    add_common_args(functions)
+    functions.set_defaults(handler=_cmd_functions)
     _register_kubernetes(what)

@@ -23,7 +23,7 @@ from signals.core.retention import Retention
 from signals.core.signing import MAC_FIELD, Signer
 from signals.core.tokens import approx_tokens
 from signals.errors import CorruptDataError, InvalidInputError, VerifyError
-from signals.streams.deliveries import DeliveryLog
+from signals.streams.deliveries import DeliveryLog, LogIntegrity
 from signals.streams.export import decode_export, encode_export, read_export, write_export
 from signals.streams.keys import Keys, lane_id
 from signals.streams.progress import lane_progress
@@ -306,6 +306,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         truth: DocumentState | None = None
+        integrity: LogIntegrity | None = None
         async with open_client(settings) as redis:
             if args.verify and not args.deliveries:
                 lane = lane_id(lane_scope(args), args.resource, args.thread)
@@ -319,14 +320,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             else:
                 signals, deliveries = await _load(redis, settings.keys(), args, signer=signer)
                 unchecked = False
+                if args.deliveries:
+                    log = DeliveryLog(redis, settings.keys(), key=signer.key if signer else None,
+                                      verify_keys=signer.verify_keys if signer else ())
+                    integrity = await log.integrity(args.thread)
             if args.at_write is not None:  # how far the workers processed the lane's writes
                 args.processed = await _processed(redis, settings.keys(), lane_id(lane_scope(args), args.resource,
                                                                                    args.thread))
             compacted = None
             if signals:
                 compacted = await _compacted_version(redis, settings.keys(), signals[0][1].lane)
-        return _show(args, signals, deliveries, truth, Retention.of(settings.retain_signals, settings.retain_age),
+        if args.deliveries and not deliveries and integrity is not None and integrity.tampered:
+            return _report_integrity(args.thread, integrity)  # emptied, not never written
+        code = _show(args, signals, deliveries, truth, Retention.of(settings.retain_signals, settings.retain_age),
                      unchecked_macs=unchecked, compacted=compacted)
+        return _report_integrity(args.thread, integrity) or code
 
     return run_async(main)
 
@@ -353,6 +361,19 @@ async def _compacted_version(redis: Any, keys: Keys, lane: str) -> int | None:
         return parse_version(raw, "cv") if raw is not None else None
     except CorruptDataError:
         return None
+
+
+def _report_integrity(thread: str, integrity: LogIntegrity | None) -> int:
+    """After ``replay --deliveries``: say on standard error why the log is not whole (it is
+    never shown as complete then); 2 when it shows a removal or an addition that is not its
+    retention's (what it holds is not what the model saw)."""
+    if integrity is None or integrity.complete:
+        return 0
+    verdict = "has been tampered with" if integrity.tampered else "is not complete"
+    print(f"wm-signals: the delivery log of thread {literal(thread)} {verdict}:", file=sys.stderr)
+    for problem in integrity.problems:
+        print(f"  - {literal(problem)}", file=sys.stderr)
+    return 2 if integrity.tampered else 0
 
 
 async def _signed(redis: Any, stream: str) -> bool:

@@ -1,0 +1,75 @@
+"""Lanes whose document is ahead of their signals with no write event left to say so.
+
+The document is the truth; the write stream is only its wake-up. A role that may append
+to a write stream may also trim it (``XADD ... MAXLEN 0``: Redis ACLs cannot refuse an
+argument), and the events it removes would never be read: their lanes' latest versions
+would never be signalled. :func:`orphaned_lanes` finds such lanes: the document's
+version is past the tracking's processed write version (``wv``) and the document's own
+write event (its ``eid``) is no longer in the partition's write stream. An event still
+there (unread, or pending) is left to the read loop and the reclaim.
+
+The worker signals each such lane through the same commit path as any write (see
+:meth:`workers.engine.consumer.Consumer.reconcile`): a catch-up of the document's own text, a
+compare-and-set on the tracking, so that no version is signalled twice whatever another
+worker does meanwhile. The lanes are scanned a page at a time (``SSCAN`` of each
+partition's lanes set, a cursor kept between passes), so a pass is bounded however many
+lanes there are. :func:`orphaned_lanes` is also what ``inspect`` and ``replay --verify``
+report until a worker has passed.
+
+Nothing read is trusted: a document or tracking whose fields do not parse is left alone
+(the read loop dead-letters or repairs it when it next has an event).
+"""
+
+from __future__ import annotations
+
+from signals.streams.client import Client
+from signals.streams.keys import Keys
+from signals.streams.orphans import Orphan, orphaned_lanes
+
+__all__ = ("CATCH_UP_ID", "Orphan", "Scanner", "orphaned_lanes")
+
+#: The entry id of a reconciliation's catch-up request: no write stream entry's (their ids
+#: are above ``0-1``), so acknowledging it acknowledges nothing; a catch-up that fails is
+#: neither counted as a failure nor dead-lettered (there is no event to keep), and is tried
+#: again once the lane's document moves (see :meth:`Scanner.skip`).
+CATCH_UP_ID = "0-1"
+
+#: Lanes looked at per partition per pass (SSCAN's COUNT hint).
+PAGE = 200
+
+
+class Scanner:
+    """Scans the partitions' lanes sets a page per partition per pass, resuming where the
+    last pass stopped."""
+
+    def __init__(self, redis: Client, keys: Keys, partitions: list[int], page: int = PAGE) -> None:
+        self.redis, self.keys, self.page = redis, keys, page
+        self._cursors = dict.fromkeys(partitions, 0)
+        self._skipped: dict[str, int] = {}  # lane -> the document version its catch-up did not commit at
+
+    def skip(self, orphans: list[Orphan]) -> None:
+        """Leave these lanes alone until their documents move (their catch-up did not commit:
+        a fault of the lane, such as its keys refused by the ACL; a new write brings its own
+        event). Bounded: forgotten all at once past 10,000 lanes."""
+        if len(self._skipped) > 10_000:
+            self._skipped.clear()
+        self._skipped.update((orphan.lane, orphan.version) for orphan in orphans)
+
+    async def still_orphaned(self, orphans: list[Orphan]) -> list[Orphan]:
+        """Those of ``orphans`` that are orphaned still."""
+        out: list[Orphan] = []
+        for partition in sorted({o.partition for o in orphans}):
+            lanes = [o.lane for o in orphans if o.partition == partition]
+            out += await orphaned_lanes(self.redis, self.keys, partition, lanes)
+        return out
+
+    async def next_page(self) -> list[Orphan]:
+        """One page of each partition's lanes, and the orphans among them."""
+        out: list[Orphan] = []
+        for partition, cursor in self._cursors.items():
+            reply = await self.redis.sscan(self.keys.lanes(partition), cursor, count=self.page)
+            cursor_next, members = reply
+            self._cursors[partition] = int(cursor_next)
+            found = await orphaned_lanes(self.redis, self.keys, partition, sorted(str(m) for m in members))
+            out += [o for o in found if self._skipped.get(o.lane) != o.version]
+        return out
