@@ -108,7 +108,7 @@ class Delivery(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_onl
     :attr:`signals.core.window.WindowTracker.window_id`) whose step it was: a thread's log
     holds the windows of successive processes (older records have no such field).
     ``seq`` and ``chain`` link the record to its window's previous one (see
-    :mod:`signals.streams.delivery_chain`; older records have neither).
+    :mod:`signals.streams.delivery_chain`; a record without them carries no chain).
     """
 
     thread_id: str

@@ -3,7 +3,7 @@
 A role that may append to a write stream may also trim it (``XADD ... MAXLEN 0``: Redis
 ACLs cannot refuse an argument), and the events it removes are never read. A lane is
 orphaned when its document's version is past the tracking's processed write version
-(``wv``) and the document's own write event (its ``eid``) is no longer in the partition's
+(``wv``) and the document's own write event (its ``eid``) is not in the partition's
 write stream; an event still there (unread, or pending) is the read loop's. Workers signal
 orphaned lanes (``workers.engine.reconcile``); ``inspect`` names them until then.
 

@@ -149,7 +149,7 @@ async def loaded(redis: Client) -> bool:
 
 
 async def ensure_loaded(redis: Client) -> bool:
-    """Load the library (6.2: the scripts) unless it is there; returns whether it was loaded now.
+    """Load the library (6.2: the scripts) unless it is there; returns whether this call loaded it.
 
     Raises:
         ScriptsNotLoadedError: it is missing and this client's ACL refuses loading it.
@@ -175,7 +175,7 @@ async def ensure_loaded(redis: Client) -> bool:
 
 def _not_loaded_text(redis: Client) -> str:
     what = f"functions (library {library_name()})" if _server(redis).mode == "function" else "scripts"
-    return (f"the wm-signals {what} are not loaded on this Redis (it was flushed, restarted without persistence, "
+    return (f"the wm-signals {what} are not loaded on this Redis (flushed, restarted without persistence, "
             "or no worker of this release has started), and this user may not load them: a worker loads them at "
             "its start and within its readiness interval, or an operator runs `wm-signals deploy functions`; "
             "nothing was run: retry then")

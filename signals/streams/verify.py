@@ -43,7 +43,7 @@ class DocumentState:
         processed: the document version the workers have processed (tracking ``wv``).
         tail: the id of the signal stream's last entry when the document was read.
         event_gone: the document is ahead of what the workers processed and its own write
-            event (its ``eid``) is no longer in the write stream (trimmed by a role that may
+            event (its ``eid``) is not in the write stream (trimmed by a role that may
             append): no worker will read it; a worker's reconciliation signals the lane.
     """
 

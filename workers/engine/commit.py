@@ -36,7 +36,8 @@ from signals.core.signing import Signer
 from signals.streams.keys import Keys
 from workers.engine.lane_state import LaneState, Pending
 
-__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "plan_steady", "steady_check", "steady_document")
+__all__ = ("BatchStats", "LaneCommit", "event_chain", "plan_lane", "plan_steady", "steady_check", "steady_document",
+           "uncount")
 
 @dataclass(slots=True)
 class BatchStats:
@@ -363,3 +364,15 @@ def _event_mismatch(event: WriteEvent, doc: LaneDocument) -> str | None:
     if event.scope == "thread" and doc.resource_id is not None and event.resource_id != doc.resource_id:
         return f"poison: resource id {event.resource_id!r} does not own thread {doc.thread_id!r}"
     return None
+
+
+def uncount(stats: BatchStats, gone: int) -> None:
+    """Take ``gone`` events another worker acknowledged (and counted) out of a lane's
+    outcome counts: they are counted where they were processed first. Such events were
+    skipped here (their versions were processed already)."""
+    gone = min(gone, stats.skipped)
+    stats.skipped -= gone
+    for name in ("superseded", "deduplicated", "caught_up"):
+        taken = min(gone, getattr(stats, name))
+        setattr(stats, name, getattr(stats, name) - taken)
+        gone -= taken

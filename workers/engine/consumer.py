@@ -37,7 +37,6 @@ from redis import exceptions as redis_exc
 from signals.core._time import now_iso
 from signals.core.codec import FIELD, encode_json
 from signals.core.lane import LaneDocument, LaneTracking
-from signals.core.models import WriteEvent
 from signals.core.signing import Signer
 from signals.errors import WmSignalsError
 from signals.streams.client import Client
@@ -47,7 +46,7 @@ from signals.streams.scripts import ServerScript
 from workers.engine import chunking
 from workers.engine.cache import TrackingCache
 from workers.engine.chains import ChainLinks, walk_chains
-from workers.engine.commit import BatchStats, LaneCommit, plan_lane, plan_steady, steady_check, steady_document
+from workers.engine.commit import BatchStats, LaneCommit, plan_lane, plan_steady, steady_check, steady_document, uncount
 from workers.engine.commit_call import run_commits
 from workers.engine.compaction import Compactor
 from workers.engine.counters import METRICS
@@ -56,7 +55,7 @@ from workers.engine.events import REQUEUED_FIELD, EventDecoder, printable, text
 from workers.engine.lane_state import LaneState, Pending, load_documents, read_lanes
 from workers.engine.options import ConsumerOptions
 from workers.engine.reader import GroupReader, RawEntry
-from workers.engine.reconcile import CATCH_UP_ID, Orphan, Scanner
+from workers.engine.reconcile import Scanner, catch_up_entry
 
 __all__ = ("BatchStats", "Consumer")
 
@@ -197,33 +196,18 @@ class Consumer(GroupReader):
         orphans = await self._scanner.next_page()
         if not orphans:
             return BatchStats()
-        entries = [await self._catch_up_entry(orphan) for orphan in orphans]
+        entries = [await catch_up_entry(self.redis, self.keys, orphan) for orphan in orphans]
         log.warning("worker.lanes_reconciled", lanes=[o.lane for o in orphans][:20], count=len(orphans),
                     note="document ahead of its signals with its write event gone from the stream")
         METRICS.add("reconciled_lanes", len(orphans))
         stats = BatchStats()
-        await self._passes([e for e in entries if e is not None], stats, None)
+        await self._passes(entries, stats, None)
         self.stats.add(stats)
         left = await self._scanner.still_orphaned(orphans)
         if left:  # a fault of the lane: not tried again until its document moves
             log.warning("worker.reconcile_failed", lanes=[o.lane for o in left][:20], count=len(left))
             self._scanner.skip(left)
         return stats
-
-    async def _catch_up_entry(self, orphan: Orphan) -> Pending | None:
-        """A request to bring ``orphan`` up to its document (as ``dlq requeue`` makes one),
-        standing for its lost write event (its id: :data:`~workers.engine.reconcile.CATCH_UP_ID`)."""
-        owner = orphan.lane[2:]
-        resource: str | None = owner
-        thread: str | None = None
-        if orphan.scope == "thread":
-            thread = owner
-            found = await self.redis.hget(self.keys.thread(owner), "resource")
-            resource = found if isinstance(found, str) else None
-        event = WriteEvent(lane=orphan.lane, scope=orphan.scope, format=orphan.format,  # type: ignore[arg-type]
-                           version=orphan.version, data="", op="replace", resource_id=resource, thread_id=thread,
-                           written_at=now_iso())
-        return Pending(orphan.partition, CATCH_UP_ID, event, None, requeued=True)
 
     async def _process_ids(self, stream: str, ids: list[str], total: BatchStats) -> None:
         """Read the entries of ``stream`` with these ids (fields ``None``: deleted) and
@@ -542,8 +526,8 @@ class Consumer(GroupReader):
 
     def _settle(self, c: LaneCommit, status: list[str], stats: BatchStats, force: dict[str, str]) -> list[Pending]:
         """Apply one lane's commit status; returns its entries when it must be recomputed."""
-        if status[0] == "okc":  # counted: entries no longer pending were processed (and counted) elsewhere
-            _uncount(c.stats, len(c.acks) - int(status[1]))
+        if status[0] == "okc":  # counted: entries not pending any more were processed (and counted) elsewhere
+            uncount(c.stats, len(c.acks) - int(status[1]))
             status = ["ok", *status[2:]]
         if status[0] == "ok":
             stats.add(c.stats)
@@ -565,18 +549,6 @@ class Consumer(GroupReader):
             force[c.lane] = status[0]
             log.warning("worker.lane_check_failed", lane=c.lane, status=status[0], detail=status[1:])
         return c.entries
-
-
-def _uncount(stats: BatchStats, gone: int) -> None:
-    """Take ``gone`` events another worker acknowledged (and counted) out of a lane's
-    outcome counts: they are counted where they were processed first. Such events were
-    skipped here (their versions were processed already)."""
-    gone = min(gone, stats.skipped)
-    stats.skipped -= gone
-    for name in ("superseded", "deduplicated", "caught_up"):
-        taken = min(gone, getattr(stats, name))
-        setattr(stats, name, getattr(stats, name) - taken)
-        gone -= taken
 
 
 _Careful = tuple[str, list[Pending]]

@@ -5,7 +5,7 @@ to a write stream may also trim it (``XADD ... MAXLEN 0``: Redis ACLs cannot ref
 argument), and the events it removes would never be read: their lanes' latest versions
 would never be signalled. :func:`orphaned_lanes` finds such lanes: the document's
 version is past the tracking's processed write version (``wv``) and the document's own
-write event (its ``eid``) is no longer in the partition's write stream. An event still
+write event (its ``eid``) is not in the partition's write stream. An event still
 there (unread, or pending) is left to the read loop and the reclaim.
 
 The worker signals each such lane through the same commit path as any write (see
@@ -22,11 +22,14 @@ Nothing read is trusted: a document or tracking whose fields do not parse is lef
 
 from __future__ import annotations
 
+from signals.core._time import now_iso
+from signals.core.models import WriteEvent
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.orphans import Orphan, orphaned_lanes
+from workers.engine.lane_state import Pending
 
-__all__ = ("CATCH_UP_ID", "Orphan", "Scanner", "orphaned_lanes")
+__all__ = ("CATCH_UP_ID", "Orphan", "Scanner", "catch_up_entry", "orphaned_lanes")
 
 #: The entry id of a reconciliation's catch-up request: no write stream entry's (their ids
 #: are above ``0-1``), so acknowledging it acknowledges nothing; a catch-up that fails is
@@ -73,3 +76,19 @@ class Scanner:
             found = await orphaned_lanes(self.redis, self.keys, partition, sorted(str(m) for m in members))
             out += [o for o in found if self._skipped.get(o.lane) != o.version]
         return out
+
+
+async def catch_up_entry(redis: Client, keys: Keys, orphan: Orphan) -> Pending:
+    """A request to bring ``orphan`` up to its document (as ``dlq requeue`` makes one),
+    standing for its lost write event (its id: :data:`CATCH_UP_ID`)."""
+    owner = orphan.lane[2:]
+    resource: str | None = owner
+    thread: str | None = None
+    if orphan.scope == "thread":
+        thread = owner
+        found = await redis.hget(keys.thread(owner), "resource")
+        resource = found if isinstance(found, str) else None
+    event = WriteEvent(lane=orphan.lane, scope=orphan.scope, format=orphan.format,  # type: ignore[arg-type]
+                       version=orphan.version, data="", op="replace", resource_id=resource, thread_id=thread,
+                       written_at=now_iso())
+    return Pending(orphan.partition, CATCH_UP_ID, event, None, requeued=True)
