@@ -2,7 +2,7 @@
 
 Every lane key shares its partition's hash tag, so each write and each commit is one
 script on one slot; the worker reads one partition per XREADGROUP on a cluster and queues
-scripts in pipelines with EVAL (redis-py's cluster pipeline refuses EVALSHA).
+script calls as FCALLs routed by their keys' slot (the library is loaded on every primary).
 """
 
 from __future__ import annotations

@@ -160,16 +160,16 @@ async def test_writer_far_ahead_between_plan_and_commit_falls_back_and_converges
 
 
 async def test_commit_after_the_server_lost_its_scripts_is_made_once(redis: Redis, keys: Keys) -> None:
-    """The commit goes as a plain EVALSHA (no SCRIPT EXISTS round trip per batch): after a
-    SCRIPT FLUSH (as after a restart) the partition's commit is refused with NOSCRIPT,
-    without running; the worker loads the script and commits it once, counting no
-    failure."""
+    """The commit goes as a plain FCALL (no presence check per batch): after a FUNCTION
+    FLUSH (as after a restart without persistence) the partition's commit is refused
+    ("Function not found"), without running; the worker loads the library and commits it
+    once, counting no failure."""
     store, consumer, lane = WorkingMemoryStore(redis, keys=keys), Consumer(redis, keys, ConsumerOptions(), "w"), "r:v"
     await consumer.ensure_groups()
     await store.replace("v", "# Notes\n- one")
     await _prime(redis, keys, consumer, lane)
     await store.replace("v", "# Notes\n- two")
-    await redis.script_flush()
+    await redis.function_flush()
     stats = await consumer.process(await consumer.read_batch())
     assert stats.signals == 1 and stats.dead_letters == 0
     assert await redis.hlen(keys.failures(keys.partition(lane))) == 0
