@@ -72,6 +72,7 @@ from signals.streams.redis_errors import (
     ReplyTooLargeError,
 )
 from signals.streams.replay import Materialised, materialise, read_signals
+from signals.streams.scripts import ScriptsNotLoadedError
 from signals.streams.sentinel import SentinelClient, connect_sentinel
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
@@ -125,6 +126,7 @@ __all__ = (
     "ReplyTooLargeError",
     "ScenarioError",
     "SchemaValidationError",
+    "ScriptsNotLoadedError",
     "SentinelClient",
     "Signal",
     "Signer",

@@ -34,7 +34,8 @@ EXPECTED = frozenset({
     "ReadOnlyError",
     "RedisBusyError", "RedisConnectionError", "RedisConnectionTimeoutError", "RedisLoadingError",
     "RedisOutOfMemoryError", "RedisReadOnlyError", "RedisScriptBusyError",
-    "RedisUnavailableError", "ReplyTooLargeError", "ScenarioError", "SchemaValidationError", "ThreadOwnerError",
+    "RedisUnavailableError", "ReplyTooLargeError", "ScenarioError", "SchemaValidationError", "ScriptsNotLoadedError",
+    "ThreadOwnerError",
     "VerifyError",
     "WmSignalsError",
 })
