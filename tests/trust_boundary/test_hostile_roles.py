@@ -269,12 +269,12 @@ async def test_a_whole_delivery_log_is_reported_whole(server: RedisServer, admin
     assert integrity.complete, integrity.problems
 
 
-@pytest.mark.parametrize("forged", ["junk-free", "copied"])
+@pytest.mark.parametrize("forged", ["junk-free", "copied", "emptied"])
 async def test_a_reader_trimming_a_delivery_log_is_reported_not_believed(
         server: RedisServer, admin: Redis, clients: dict[str, Client], forged: str) -> None:
-    """The reader role replaces a thread's log with one well-formed record (XADD MAXLEN 0):
-    the log is reported as tampered with (entries removed while it holds fewer than its
-    retention, a window beginning past its first record), never as whole."""
+    """The reader role replaces a thread's log with one well-formed record (XADD MAXLEN 1),
+    or empties it (MAXLEN 0): the log is reported as tampered with (entries removed while
+    it holds fewer than its retention), never as whole; replay --deliveries exits 2."""
     await _agent_steps(server, admin, clients, "t-cut")
     records = await DeliveryLog(clients["operator"], KEYS).read("t-cut")
     last = records[-1]
@@ -283,11 +283,17 @@ async def test_a_reader_trimming_a_delivery_log_is_reported_not_believed(
         record = link(state, msgspec.structs.replace(last, seq=None, chain=None, window="forged"))
     else:  # the newest genuine record, kept alone
         record = last
-    await clients["reader"].xadd(KEYS.deliveries("t-cut"), {FIELD: encode_json(record)}, maxlen=0, approximate=False)
+    await clients["reader"].xadd(KEYS.deliveries("t-cut"), {FIELD: encode_json(record)},
+                                 maxlen=0 if forged == "emptied" else 1, approximate=False)
     integrity = await DeliveryLog(clients["operator"], KEYS).integrity("t-cut")
     assert not integrity.complete
     assert integrity.tampered, integrity.problems
     assert any("removed" in p for p in integrity.problems)
+    shown = await anyio.to_thread.run_sync(lambda: _cli("replay", "--deliveries", "--thread", "t-cut", "--redis-url",
+                                                        _url(server, "operator"), "--namespace", "wm",
+                                                        "--partitions", str(KEYS.partitions)))
+    assert shown.returncode == 2, shown.stderr
+    assert "tampered with" in shown.stderr
 
 
 async def test_an_entry_processed_by_two_workers_is_counted_once(server: RedisServer, admin: Redis,
