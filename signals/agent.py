@@ -260,7 +260,7 @@ class AgentWorkingMemory:
 
         Raises:
             InvalidInputError: ``held_ids`` is not a collection of message ids (strings): a
-                bare id string was read as its characters, so the loop re-sent what it held.
+                bare id string would be read as its characters, so the loop would re-send what it holds.
             ConcurrentUseError: another ``before_model_call`` of this object is running.
         """
         if self._calling:

@@ -3,7 +3,7 @@
 ``pip install wm-signals`` installs the library alone; the command line and the worker
 processes need the ``worker`` extra (``pip install 'wm-signals[worker]'``). Without it,
 ``wm-signals`` prints one line on stderr naming the extra and the missing modules, and exits
-2, the code of a command that cannot act on what it was given (as for any missing extra).
+2, the code of a command that cannot act on what it is given (as for any missing extra).
 ``wm-signals --version`` answers with the library alone.
 
 This module imports nothing of the worker stack before it has checked that it is there.

@@ -47,9 +47,9 @@ __all__ = (
 
 _COMMON, _ADDED, _REMOVED = 0, 1, 2
 #: A hunk header: ASCII digits only, at most 16 a number (no document has 10**16 lines).
-#: Patches are read from Redis and from files: ``\d`` also took other scripts' digits, and
-#: ``int()`` of a number past 4300 digits raised ValueError, which no reader of a patch
-#: catches (a PatchError was due: the patch does not apply).
+#: Patches are read from Redis and from files: ``\d`` would take other scripts' digits, and
+#: ``int()`` of a number past 4300 digits raises ValueError, which no reader of a patch
+#: catches; a header outside this form is a PatchError (the patch does not apply).
 _HEADER = re.compile(r"@@ -([0-9]{1,16}),([0-9]{1,16}) \+([0-9]{1,16}),([0-9]{1,16}) @@")
 _FAR = 1 << 62
 _SHORT_RUN = 8  # the Myers loop follows common runs up to this long itself
@@ -226,7 +226,7 @@ def diff_hunks(prior: str, nxt: str, *, max_edits: int | None = None) -> list[Hu
     """Compute jsdiff's context-0 hunks from ``prior`` to ``nxt``.
 
     Args:
-        prior: the old text.
+        prior: the text the patch starts from.
         nxt: the new text.
         max_edits: give up (return ``None``) when the edit script needs more line
             insertions plus deletions than this; ``None`` means no limit (jsdiff's
@@ -284,7 +284,7 @@ def compact_patch(
     smaller patch wins.
 
     Args:
-        prior: the old text.
+        prior: the text the patch starts from.
         nxt: the new text.
         max_edits: the largest patch wanted, in ``-`` plus ``+`` lines; ``None`` past it.
         search_edits: the Myers search gives up past this many edits (its cost grows

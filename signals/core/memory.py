@@ -150,14 +150,14 @@ def apply_replace(existing: str | None, new: str, config: WorkingMemoryConfig) -
                 "working memory"
             )
     if not js_trim(new):
-        # blank data is no signal (Mastra's rule): over memory, the model would keep the old text,
-        # and a new window would be given the last snapshot, of memory the write reported as
-        # erased; on a new lane, the lane would hold a document no signal ever shows (replay
-        # then took it for writes no worker had processed)
+        # blank data is no signal (Mastra's rule): over memory, the model would keep the text it
+        # holds, and a new window would be given the last snapshot, of memory the write reported
+        # as erased; on a new lane, the lane would hold a document no signal ever shows (replay
+        # would take it for writes no worker had processed)
         if existing and js_trim(existing):
             raise EmptyTemplateOverwriteError(
                 "refused: the write is blank and would erase existing working memory (no signal carries "
-                "a blank memory, so the model would keep the old text); to clear it, write a document that "
+                "a blank memory, so the model would keep the text it holds); to clear it, write a document that "
                 "says it is empty")
         raise InvalidInputError("refused: the write is blank (no signal carries a blank memory, so no model "
                                 "would ever see it); write the memory's text, or nothing")

@@ -103,10 +103,11 @@ class Delivery(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_onl
 
     ``base_version`` is set on a coalesced catch-up delta only: the version the patch
     applies to, so the record carries versions ``base_version + 1 .. version`` at once
-    (a plain delta applies to ``version - 1``; older records have no such field).
+    (a plain delta applies to ``version - 1``, and a record without the field is one).
     ``window`` names the window (one agent process's tracker, see
-    :attr:`signals.core.window.WindowTracker.window_id`) whose step it was: a thread's log
-    holds the windows of successive processes (older records have no such field).
+    :attr:`signals.core.window.WindowTracker.window_id`) that made the step: a thread's log
+    holds the windows of successive processes (the field is optional: a record without it
+    names no window).
     ``seq`` and ``chain`` link the record to its window's previous one (see
     :mod:`signals.streams.delivery_chain`; a record without them carries no chain).
     """

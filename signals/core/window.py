@@ -9,10 +9,10 @@ ids of stale ones it may drop). The rules:
   every delta S+1..R after it (:meth:`WindowTracker.rebuildable`);
 * new lane signals R+1..L are added as they are (reason ``new``) when all of them are
   known and the chain is intact;
-* when the window no longer holds a usable chain (the loop trimmed the snapshot, or a
-  delta in between), a fresh snapshot of the latest version is added instead (reason
-  ``reinject``; ``bootstrap`` the first time), and the held deltas that no longer apply
-  to any held snapshot are reported as ``drop``: they cost tokens and would put their
+* when the window holds no usable chain (the loop trimmed the snapshot, or a delta in
+  between), a fresh snapshot of the latest version is added instead (reason
+  ``reinject``; ``bootstrap`` the first time), and the held deltas that apply to no
+  held snapshot are reported as ``drop``: they cost tokens and would put their
   version into the window twice;
 * nothing is added when nothing changed. A version is never added while a copy of it
   is held;
@@ -65,7 +65,7 @@ from signals.errors import InvalidInputError
 __all__ = ("MAX_RESUME_STEP", "WINDOW_ID", "Injection", "StepResult", "WindowTracker", "trim_window")
 
 #: The highest step a window resumes after (:meth:`WindowTracker.resume`): no window makes
-#: 2**52 model calls, so a log whose last step is past it was forged, and resuming there
+#: 2**52 model calls, so a log whose last step is past it is forged, and resuming there
 #: would soon number steps beyond what the log's readers accept (2**53 - 1).
 MAX_RESUME_STEP = 2**52
 #: What a window's name (:attr:`WindowTracker.window_id`) may be.

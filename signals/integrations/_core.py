@@ -102,7 +102,7 @@ def single_text(content: Any, part_type: str) -> Any:
     """``content`` as text when it is one text part of ``part_type`` (``text`` in Chat
     Completions, ``input_text`` in Responses items), which the APIs take for a string and a
     history store may write back for ours; else ``content`` as it is. Without it, our block
-    came back unrecognised and the next call added it again: one version twice."""
+    would come back unrecognised and the next call would add it again: one version twice."""
     if isinstance(content, list) and len(content) == 1 and field(content[0], "type") == part_type:
         return field(content[0], "text")
     return content

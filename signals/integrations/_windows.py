@@ -21,7 +21,7 @@ Two ways a framework can treat what a hook inserts, one class for each:
   block it did not make: one restored from a history saved by another process, or typed
   by a user, since nobody can know which version it holds and keeping it could put a
   version into the window twice), and appends the new ones at the end. A held block the
-  framework moved out of the order it was injected in (a reordered history) is removed
+  framework moved out of its injection order (a reordered history) is removed
   too and counts as dropped: the model reads blocks in list order. When the same
   markup is held twice (a delta A->B, B->A, A->B chain repeats a patch) occurrences are
   paired with injections newest first, since trimming removes the oldest.
@@ -116,7 +116,7 @@ class _Memo(Generic[M, V]):
     message before every call, so this keeps a long history cheap (measured: 800 messages,
     2 ms a call without it, 0.7 ms with it). It holds the last call's objects (so their
     ids cannot be reused) and only those. A message mutated in place keeps its identity
-    (its anchor stays where it was, which is where the model saw the working memory).
+    (its anchor stays in place, which is where the model saw the working memory).
     """
 
     def __init__(self, fn: Callable[[M], V], keep: Callable[[V], bool] = lambda _: True) -> None:
@@ -217,13 +217,13 @@ class PersistentWindow(_Window[M]):
         return Prepared(out, result)
 
     def _in_order(self, owners: dict[tuple[int, int], str]) -> dict[tuple[int, int], str]:
-        """The matched blocks that stand in the order they were injected in; the others are not held.
+        """The matched blocks that stand in their injection order; the others are not held.
 
         A model reads the last snapshot and the deltas after it, in list order, while the
         tracker reasons from what is held: a history that moved a block (a delta before
         its snapshot, a snapshot after newer deltas) would leave the model unable to
         rebuild what the tracker thinks it holds. Walking from the newest position, a
-        block is kept only when it was injected before every block kept after it; a block
+        block is kept only when its injection precedes that of every block kept after it; a block
         out of place is removed from the list and counts as dropped (the tracker then
         catches up or re-injects).
         """
@@ -281,7 +281,7 @@ class EphemeralWindow(_Window[M]):
         conversation = [conv for conv, _ in self._split.map(messages) if conv is not None]
         ids = self._identity.map(conversation)
         placed = self._reanchor(ids)
-        # the bookkeeping changes only once the lane was read: a failed call leaves it as it was
+        # the bookkeeping changes only once the lane is read: a failed call leaves it unchanged
         result = await self.agent.before_model_call({p.inj_id for p in placed})
         dropped = set(result.drop)
         anchor = len(conversation) - 1
@@ -325,7 +325,8 @@ def _align(prev: list[Hashable], cur: list[Hashable]) -> tuple[int, int]:
     tried where ``prev[d]`` occurs in ``cur``. Repeated messages ("ok", "continue") make
     that try many places, each a comparison of the whole rest; past a budget of a few
     comparisons per message it hands over to :func:`_align_linear`, so no history costs
-    more than linear work (it was cubic: seconds before every call for 1,600 messages).
+    more than linear work (trying every place is cubic: seconds before every call for
+    1,600 messages).
     """
     positions: dict[Hashable, list[int]] = {}
     for index, ident in enumerate(cur):

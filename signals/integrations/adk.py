@@ -17,7 +17,7 @@ What it does, on ``google-adk`` >= 2.13:
   events with a summary), so whatever a callback puts there lasts for that call only. The
   callback therefore runs the shared core's
   :class:`~signals.integrations._windows.EphemeralWindow`: each working-memory block is
-  re-inserted on every call right after the content it followed when it was added
+  re-inserted on every call right after the content it followed on its injection
   (contents are matched across calls by their content, since ADK gives them no id), so
   the prompt prefix stays byte-stable. When compaction (or a callback that trims
   ``contents``) removes that content, the block counts as dropped: the core re-injects the

@@ -22,8 +22,8 @@ What it does, on ``langchain`` >= 1.5 / ``langchain-core`` >= 1.8 (``create_agen
   trimming that rewrites the state) and hands the model a request with the working-memory
   messages in it. Nothing of it is written to the graph state: the checkpointed history
   never holds a working-memory message, and the window keeps its own. Each block is
-  re-inserted on every call right after the conversation message it followed when it was
-  added (matched across calls by the message ``id`` LangGraph gives every state message),
+  re-inserted on every call right after the conversation message it followed on its
+  injection (matched across calls by the message ``id`` LangGraph gives every state message),
   so the prompt prefix stays byte-stable for provider caches. When the state's trimming
   removes that message, the block counts as dropped: the core re-injects the latest
   snapshot and drops the deltas left without one.

@@ -20,7 +20,7 @@ so the prefix of the input stays byte-stable for the provider's prompt cache.
 What is guaranteed, and what the SDK keeps out of reach: the history is whatever the SDK
 hands the filter (a session's ``get_items`` under its ``SessionSettings(limit=...)``, or
 ``result.to_input_list()`` the caller passes back, after any filter given as ``inner``,
-e.g. a trimming one). When that history no longer holds the item a working-memory message
+e.g. a trimming one). When that history lacks the item a working-memory message
 followed, the message counts as dropped and the next call re-injects a snapshot of the
 latest version (orphaned deltas dropped): the model can rebuild the latest version at
 every call. An item the SDK rewrites between calls (``ToolOutputTrimmer`` shortening old
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ("OpenAIAgentsWorkingMemory", "ResponsesItemCodec", "is_working_memory_message")
 
-Item = Any  # a TResponseInputItem: a dict, or a pydantic item the SDK left as it was
+Item = Any  # a TResponseInputItem: a dict, or a pydantic item the SDK left unconverted
 InputFilter = Callable[["CallModelData[Any]"], "ModelInputData | Awaitable[ModelInputData]"]
 
 

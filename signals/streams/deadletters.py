@@ -46,11 +46,11 @@ class DeadLetters:
     async def list(self, *, limit: int = 1000) -> list[DeadLetterEntry]:
         """Dead letters of every partition, the oldest ``limit`` of each partition, partition by
         partition; an entry that does not decode is listed too, with ``letter=None`` and the
-        problem (it used to be left out, so the operator never saw the id that ``drop`` needs).
+        problem, so that the operator sees the id that ``drop`` needs.
 
-        The limit is per partition: one limit over the whole namespace was filled by the
+        The limit is per partition: one limit over the whole namespace would be filled by the
         first partitions, so a writer whose junk events filled its partition's dead-letter
-        stream hid every later partition's dead letters. :meth:`lengths` says how many each
+        stream would hide every later partition's dead letters. :meth:`lengths` says how many each
         partition holds."""
         out: list[DeadLetterEntry] = []
         for partition in range(self.keys.partitions):
@@ -81,9 +81,9 @@ class DeadLetters:
         ``partition``, or in the one partition that holds the id.
 
         Ids are per partition stream: dead letters of several partitions made in the same
-        millisecond (one batch, or a writer's junk beside a genuine letter) share one, and
-        the first partition's used to be taken, shown, requeued or dropped in place of the
-        one asked for. An id that more than one partition holds needs ``partition``.
+        millisecond (one batch, or a writer's junk beside a genuine letter) share one, so
+        the first partition's would be taken, shown, requeued or dropped in place of the
+        one asked for: an id that more than one partition holds needs ``partition``.
         """
         if not is_stream_id(dead_letter_id):
             raise InvalidInputError(f"dead letter id {dead_letter_id[:40]!r} is not a stream id (<ms>-<seq>)")

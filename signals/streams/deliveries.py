@@ -14,7 +14,7 @@ snapshot with a patch kind or a base version, a delta without a patch kind), or 
 that does not rebuild (a delta that does not apply, a text that does not match its
 cacheKey), raises :class:`~signals.errors.CorruptDataError` naming the stream and the
 entry id. The log is
-evidence of what a model saw: a reader is told that it was tampered with, not handed a
+evidence of what a model saw: a reader is told that it is tampered with, not handed a
 guess (the CLI maps it to exit 2).
 
 One log per thread id; each record names its window (``window``: one agent process's
@@ -24,8 +24,8 @@ record (:meth:`DeliveryLog.last_step`), so successive processes' records usually
 one another in step order; but a window's steps that added nothing are not in the log,
 and two processes can overlap (a rolling redeploy, or two agents on one thread), so a step
 number alone may belong to two windows. ``view_at`` answers for one window: the one
-asked for, else the window of the newest record at or before the step. Records written
-before windows were recorded name none and count as one window.
+asked for, else the window of the newest record at or before the step. Records that name
+no window (the field is optional) count as one window.
 
 A snapshot record with reason ``reset`` marks a lane whose history was lost and started
 again (:meth:`~signals.core.window.WindowTracker.restart`): its versions may be lower than
@@ -55,8 +55,8 @@ from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
 
 __all__ = ("NO_WINDOW", "DeliveryLog", "LogIntegrity", "ModelView", "decode_record", "rebuild_texts")
 
-#: ``view_at(..., window=NO_WINDOW)``: the records that name no window (written before
-#: records named one). No window is named so (a name has at least one character).
+#: ``view_at(..., window=NO_WINDOW)``: the records that name no window (the field is
+#: optional). No window is named so (a name has at least one character).
 NO_WINDOW = ""
 
 log = get_logger(__name__)
@@ -220,8 +220,7 @@ class DeliveryLog:
         """What the model of ``window`` could rebuild at its ``step`` (``None`` before any
         delivery of that window). Without ``window``: the window of the newest record at or
         before ``step`` (see the module docstring; ``replay --deliveries`` shows each
-        record's window); :data:`NO_WINDOW` asks for the records that name none (written
-        before windows were recorded).
+        record's window); :data:`NO_WINDOW` asks for the records that name none.
 
         The last snapshot delivered at or before ``step``, then the deltas after it in
         order; a delta of a version already applied is a re-delivery (the window had
@@ -284,8 +283,8 @@ def rebuild_texts(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dic
     and version (one thread's log may hold the windows of several lanes: a profile agent
     and a plan agent), and the ids of the records checked. A snapshot's text must match its
     cacheKey; a delta must apply to the text of the version it names and give its
-    cacheKey's text, re-deliveries included (one of a version already seen was taken as it
-    was, unchecked: a forged record could sit in the chain). A delta whose base no earlier
+    cacheKey's text, re-deliveries included (one of a version already seen taken unchecked
+    would let a forged record sit in the chain). A delta whose base no earlier
     record rebuilds is refused, unless that base is older than the first retained snapshot
     of the record's own window, or its window has none (retention trimmed the records that
     rebuild it, or the window kept a chain from before them; another window's snapshots

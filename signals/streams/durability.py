@@ -14,7 +14,7 @@ connection to the master. On a Redis Cluster, redis-py would send a bare ``WAIT`
 every primary; both commands are therefore routed explicitly to the primary of the
 lane's slot (``target_nodes``), so they share that node's connection. A ``MOVED``/``ASK``
 reply (the slot has a new owner: a failover) updates the slot map and the pair is sent
-again to the new owner (the script did not run on the old one); an ``ASK`` (a slot being
+again to the new owner (the script did not run on the former owner); an ``ASK`` (a slot being
 migrated) is :class:`~signals.errors.RedisBusyError`, to retry.
 
 A retried write that finds its idempotency key (``dup``) wrote nothing, so a ``WAIT`` would

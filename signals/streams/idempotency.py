@@ -2,7 +2,7 @@
 
 A write with an idempotency key stores, in the key, the version it made and a fingerprint
 of its request: ``<version> <32 hex digits>`` (the write script sets it with the write;
-keys stored before fingerprints hold ``<version>`` alone and still answer as retries). A
+a key holding ``<version>`` alone, without a fingerprint, answers as a retry). A
 retry is the same request again: the same operation and format, and the same text, or the
 same merge object however it is laid out (JSON text or a dict, any key order, ``1e2`` or
 ``100``; a replace's text is its own request). Another request under a used key is
@@ -48,8 +48,8 @@ def canonical_merge(update: str | dict[str, Any]) -> str:
 
 
 def parse_stored(stored: str, what: str) -> tuple[int, str]:
-    """The version a key made and its request's fingerprint (``""`` for a key stored
-    before fingerprints), from the key's value.
+    """The version a key made and its request's fingerprint (``""`` for a key that holds
+    no fingerprint), from the key's value.
 
     Raises:
         CorruptDataError: the value is neither ``<version>`` nor ``<version> <32 hex>``

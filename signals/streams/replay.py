@@ -271,7 +271,7 @@ async def iter_signals(
             raise VerifyError(f"signal stream of {lane}: {e}") from e
         if last is not None:
             if not entries or entries[0][0] != last:
-                raise HistoryTrimmedError(f"signal stream of {lane} was trimmed past entry {last} while it was read")
+                raise HistoryTrimmedError(f"signal stream of {lane} was trimmed past entry {last} while being read")
             entries = entries[1:]
         for entry in entries:
             yield entry[0], decode_entry(lane, entry, signer=signer)

@@ -92,7 +92,7 @@ class RetryAnswers:
 
     async def _answer_retry(self, ref: LaneRef, idempotency_key: str | None, stored: str, fingerprint: str) -> int:
         """A used idempotency key's answer: its version, confirmed under a durability
-        setting; :class:`IdempotencyKeyReusedError` when it was used for another request.
+        setting; :class:`IdempotencyKeyReusedError` when another request used it.
 
         The key is a writer's key, and any writer of the namespace may set it: a version
         the lane has not reached (or 0) was made by no write. Answering it would report a

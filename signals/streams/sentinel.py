@@ -10,10 +10,10 @@ What happens during a failover, checked against the installed redis-py (8.x) and
 * the master dies: commands in flight fail with ``redis.exceptions.ConnectionError``;
   every new connection first asks the sentinels for the master's address, so until they
   promote a replica a command fails fast with ``ConnectionError`` (connection refused at
-  the old address) or ``MasterNotFoundError`` (a ``ConnectionError`` subclass: no sentinel
+  the dead master's address) or ``MasterNotFoundError`` (a ``ConnectionError`` subclass: no sentinel
   reports a master that is up). After the promotion the next connection reaches the new
-  master; idle connections to the old address are closed when the address changes.
-* the old master comes back as a replica, or a connection still points at a demoted
+  master; idle connections to the dead master's address are closed when the address changes.
+* the dead master comes back as a replica, or a connection still points at a demoted
   master: its ``READONLY`` reply is turned by the connection into ``ConnectionError``
   ("The previous master is now a slave") and the connection is dropped, so the next
   command asks the sentinels again. A ``READONLY`` that reaches the caller some other way

@@ -119,7 +119,7 @@ def check_document(last: Materialised, state: DocumentState) -> str:
     s = last.signal
     where = f"entry {last.entry_id} (version {s.version}, {s.mode})"
     if state.tail != last.entry_id:
-        return "the lane changed while it was read: the latest signal was not compared with the document"
+        return "the lane changed while being read: the latest signal was not compared with the document"
     if state.version is None or state.data is None:
         raise VerifyError(f"{where}: the lane has no stored document, so no worker signalled this text")
     doc = state.version

@@ -53,7 +53,7 @@ def _describe(error: Any) -> str:
 
 #: The largest file (or standard input) a command reads: four bytes for each character
 #: of the largest write event a worker takes, so no document a worker could signal is
-#: refused here; past it, reading stops (a 2 GB file, or /dev/zero, was read whole first).
+#: refused here; past it, reading stops (a 2 GB file, or /dev/zero, is never read whole).
 MAX_INPUT_BYTES = 4 * MAX_EVENT_CHARS
 
 

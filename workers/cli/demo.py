@@ -130,7 +130,7 @@ def _summary(counts: _Counts, stats: BatchStats) -> Table:
 
 async def _write(profiles: WorkingMemoryStore, plans: WorkingMemoryStore, threads: dict[str, str], *, who: str,
                  kind: str, payload: object) -> str:
-    """Make one scripted write; the line that says what it was and the version it made."""
+    """Make one scripted write; the line naming the write and the version it made."""
     if kind == "profile":
         before = await profiles.get(who)
         version = await profiles.replace(who, str(payload))

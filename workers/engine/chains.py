@@ -61,8 +61,8 @@ class ChainLinks:
         return self.heads.get(lane) if known and eid in known else None
 
     def committed(self, lane: str, entries: Iterable[Pending], walked: list[str]) -> None:
-        """After a commit: forget the committed events' links (no longer needed to place
-        later events) and remember those a steady-state check walked (the next events).
+        """After a commit: forget the committed events' links (not needed to place later
+        events) and remember those a steady-state check walked (the next events).
 
         The check reports the ids it walked, newest first, not the stop it reached (the
         batch's newest event or the head): the last one is left unlinked, and a later walk

@@ -23,10 +23,10 @@ from workers.engine.lane_state import Pending
 __all__ = ("CHUNK_EVENTS", "MAX_CHUNKS", "ChunkCommits", "PlanCareful", "chunked", "chunks", "let_send")
 
 #: Events per chunk (see :func:`chunks`): below twice this, a batch's lanes are one chunk.
-#: Small: a batch of a few hundred events (10,000 writes/s read every few tens of ms) was
-#: committed as one call, and the worker then waited for Redis as long as it had planned
-#: (traced: over half its time); in chunks of 50 Redis commits one while the next is
-#: planned (bench/bench_latency.py's load: p50 and p99 at 10,000/s about halved).
+#: Small: a batch of a few hundred events (10,000 writes/s read every few tens of ms)
+#: committed as one call makes the worker wait for Redis as long as it planned (traced:
+#: over half its time); in chunks of 50 Redis commits one while the next is planned
+#: (bench/bench_latency.py's load: p50 and p99 at 10,000/s about halved).
 CHUNK_EVENTS = 50
 MAX_CHUNKS = 4
 #: Scheduler passes granted to a chunk's commit task before planning goes on: enough for

@@ -134,8 +134,8 @@ def plan_lane(
 
     An event on the lane's chain (see :func:`event_chain`) is signalled with its own text;
     an event at the document's version with the document's; an event that cannot be
-    placed on the chain (the chain runs past this batch, or events from before chains
-    existed) is acknowledged without a signal, and the document's current version is
+    placed on the chain (the chain runs past this batch, or the event or the document
+    carries no link) is acknowledged without a signal, and the document's current version is
     signalled instead (a catch-up). An event that contradicts the chain or the document
     is dead-lettered. A lane under repair gets one snapshot of its document.
 
@@ -307,9 +307,9 @@ def event_chain(
     the document and the batch that the batch does not hold.
 
     Whole means the walk itself came down to the tracked event, link by link: ids found
-    genuine by some earlier walk are not enough. They outlive that walk (the document
-    was older then), so the newest of them in a batch need not be the batch's newest
-    genuine event; taking it for that made genuine events of a batch the walk from the
+    genuine by some earlier walk are not enough. They outlive that walk (made from an
+    older document), so the newest of them in a batch need not be the batch's newest
+    genuine event; taking it for that would make genuine events of a batch the walk from the
     document did not reach (over 256 writes behind; an id a concurrent batch had walked)
     look like forgeries (``tests/trust_boundary/test_chain_placement.py``).
     """
@@ -328,7 +328,7 @@ def event_chain(
             cursor = links[cursor]
         else:
             break
-    if anchor is None or not doc.eid:  # no anchor, or a document from before chains
+    if anchor is None or not doc.eid:  # no anchor, or a document that names no event
         return back, False
     return back, cursor == anchor  # the walk came down to the last processed event: nothing is missing
 

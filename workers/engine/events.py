@@ -3,7 +3,7 @@
 Nothing read from a write stream is trusted. :class:`EventDecoder` refuses (raises on) an
 entry that is poison by itself: over the size bound, not a write event, a previous-event
 link that is not a stream id, a version outside 1..2**53, a lane that does not match its
-scope and ids or does not belong to the partition it was read from. Whether an event is
+scope and ids or does not belong to the partition it is read from. Whether an event is
 genuine (on its lane's chain of writes) is the commit protocol's question
 (:mod:`workers.engine.commit`), not this module's.
 """

@@ -6,7 +6,7 @@ only writers can change. Per batch this module reads, in one pipeline, each lane
 document head (``HMGET`` of its hash's version, event id and format, not its text) and
 the tracking of lanes not in the worker's cache; and the whole document hash only when
 its text is needed. (Not the partition's document index: writers may set its entries to
-anything, and an event placed on a chain anchored there was taken for the document's.)
+anything, and an event placed on a chain anchored there would be taken for the document's.)
 For documents past the batch, the lanes' event chains are then walked back
 (:func:`workers.engine.chains.walk_chains`) so the batch's events can be placed on them (see
 :func:`workers.engine.commit.event_chain`).
@@ -47,7 +47,7 @@ class Pending:
     """One write event read from a partition stream, decoded and checked on its own.
 
     ``prev`` is the id of the lane's previous write event as the write script recorded it
-    (field ``p``; ``None`` for events written before chains existed). ``requeued``: put
+    (field ``p``; ``None`` for an event that carries no link). ``requeued``: put
     back by ``dlq requeue`` (off the chain by construction: see :func:`workers.engine.commit.plan_lane`).
     """
 

@@ -122,8 +122,8 @@ class GroupReader:
 
     async def leave_group(self) -> list[str]:
         """Remove this consumer from the group of every partition stream it reads where it
-        holds no pending entry (a graceful stop): stopped consumers no longer pile up in
-        ``inspect`` and XINFO (every restart under a new name added one). Where it still
+        holds no pending entry (a graceful stop), so that stopped consumers do not pile up in
+        ``inspect`` and XINFO (every restart under a new name adds one). Where it still
         holds entries it stays, so that they stay claimable (XGROUP DELCONSUMER would drop
         them from the group's pending list). The check and the delete are one script per
         stream (``leave.lua``): as two round trips, a process restarted under the same
@@ -138,7 +138,7 @@ class GroupReader:
             except redis_exc.ResponseError as e:
                 if "NOGROUP" in str(e) or "WRONGTYPE" in str(e):  # no group, or not a stream: nothing to leave
                     continue
-                refused.append(e)  # NOPERM above all: an ACL file from before this command was granted
+                refused.append(e)  # NOPERM above all: an ACL file that does not grant this command
         if refused:
             log.warning("worker.leave_group_refused", streams=len(refused), error=str(refused[0])[:200],
                         note="the consumer stays listed; regenerate the ACL file (wm-signals deploy acl)")

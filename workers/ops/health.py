@@ -87,7 +87,7 @@ def liveness_bound(liveness_s: float, block_ms: int) -> float:
 
 
 def ready_max_age(interval_s: float) -> float:
-    """How old a readiness check may be before it no longer counts (a few missed ticks)."""
+    """How old a readiness check may be and still count (a few missed ticks)."""
     return 3 * interval_s + 5.0
 
 
@@ -141,8 +141,8 @@ class Board:
 
     def vectors(self, stale_s: float | None = None) -> list[list[float]]:
         """Every slot's metrics vector; with ``stale_s``, a slot not published for longer
-        (its process stopped: SIGSTOP, a hang) reads ``up`` 0: its last vector said 1, and
-        ``wm_signals_up`` stayed 1 while ``/livez`` and ``/readyz`` said the worker was stuck."""
+        (its process stopped: SIGSTOP, a hang) reads ``up`` 0: its last vector says 1, and
+        ``wm_signals_up`` would stay 1 while ``/livez`` and ``/readyz`` say the worker is stuck."""
         now = time.monotonic()
         out = []
         for slot in range(self.slots):

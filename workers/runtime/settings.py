@@ -80,8 +80,8 @@ class Settings(BaseSettings):
     refused, not passed on with escapes).
     """
 
-    # every number finite: an infinite heartbeat TTL crashed the worker (OverflowError), an
-    # infinite grace or interval silently meant never
+    # every number finite: an infinite heartbeat TTL would crash the worker (OverflowError), an
+    # infinite grace or interval would silently mean never
     model_config = SettingsConfigDict(env_prefix="WM_SIGNALS_", extra="ignore", allow_inf_nan=False)
 
     redis_url: str | None = None
@@ -145,8 +145,8 @@ class Settings(BaseSettings):
     @field_validator("log_level", mode="before")
     @classmethod
     def _level(cls, value: object) -> object:
-        """Any case, and the standard library's aliases ``warn`` and ``fatal`` (which worked
-        before the levels were checked: a deployment may set them)."""
+        """Any case, and the standard library's aliases ``warn`` and ``fatal`` (logging
+        accepts them, so a deployment may set them)."""
         if not isinstance(value, str):
             return value
         level = value.strip().lower()
