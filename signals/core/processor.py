@@ -34,9 +34,10 @@ import msgspec
 
 from signals.core.cachekey import cache_key, js_trim
 from signals.core.codec import decode_json, encode_json
-from signals.core.diff import apply_patch, compact_patch, unified_patch
+from signals.core.diff import compact_patch, unified_patch
 from signals.core.merge import deep_merge, merge_patch
 from signals.core.models import Attributes, Format, Mode, Scope
+from signals.core.patch import apply_patch
 from signals.core.tokens import TokenCounter, approx_tokens
 from signals.errors import InvalidInputError, PatchError
 
