@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from signals.core.models import TAG_NAME, Attributes, DeadLetter, Delivery, Mode, Signal, WriteEvent
+from signals.core.wire import lane_owner_id, lane_scope, make_lane
 
 __all__ = (
     "FIELD",
@@ -116,8 +117,8 @@ def encode_signal(signal: Signal) -> str:
         delta=None if signal.delta == signal.contents and signal.mode == "delta" else signal.delta,
         value=None if signal.value == signal.contents and signal.mode == "snapshot" else signal.value,
         attributes=signal.attributes, version=signal.version, lane=lane,
-        resource_id=None if resource_id is not None and lane == "r:" + resource_id else resource_id,
-        thread_id=None if thread_id is not None and lane == "t:" + thread_id else thread_id,
+        resource_id=None if resource_id is not None and lane == make_lane("resource", resource_id) else resource_id,
+        thread_id=None if thread_id is not None and lane == make_lane("thread", thread_id) else thread_id,
         emitted_at=signal.emitted_at, base_version=signal.base_version, write_version=signal.write_version,
         policy=signal.policy,
     )
@@ -138,10 +139,11 @@ def decode_signal(data: str | bytes) -> Signal:
     s = _decoding(_signal.decode, data)
     lane, mode, contents = s.lane, s.mode, s.contents
     resource_id, thread_id = s.resource_id, s.thread_id
-    if resource_id is None and lane.startswith("r:"):
-        resource_id = lane[2:]
-    if thread_id is None and lane.startswith("t:"):
-        thread_id = lane[2:]
+    scope = lane_scope(lane)
+    if resource_id is None and scope == "resource":
+        resource_id = lane_owner_id(lane)
+    if thread_id is None and scope == "thread":
+        thread_id = lane_owner_id(lane)
     return Signal(
         id=s.id, mode=mode, cache_key=s.cache_key, tag_name=TAG_NAME if s.tag_name is None else s.tag_name,
         contents=contents, delta=contents if s.delta is None and mode == "delta" else s.delta,

@@ -22,20 +22,23 @@ from signals.core.codec import invalid_utf8_at
 from signals.core.models import STATE_ID, TAG_NAME, Format, Scope, Signal, WriteEvent
 from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, Policy, decide
 from signals.core.tokens import TokenCounter, approx_tokens
+from signals.core.wire import lane_owner_id, lane_scope, parse_version
 from signals.errors import CorruptDataError
 
 __all__ = (
-    "DOCUMENT_FIELDS", "MAX_VERSION", "TRACKING_FIELDS",
-    "LaneDocument", "LaneOptions", "LaneTracking", "advance", "is_stream_id", "parse_version",
+    "DOCUMENT_FIELDS", "TRACKING_FIELDS", "VERSION_FIELD", "WRITE_VERSION_FIELD",
+    "LaneDocument", "LaneOptions", "LaneTracking", "advance", "is_stream_id",
 )
 
 
-MAX_VERSION = 2**53
-"""Versions are non-negative integers up to 2**53: exact in every JSON reader (JavaScript's too)."""
-
+#: The tracking hash's field holding the lane's last signal version.
+VERSION_FIELD = "v"
+#: The tracking hash's field holding the last document version processed (what progress
+#: and verification read on its own).
+WRITE_VERSION_FIELD = "wv"
 #: The tracking hash's field names, in one place: the read (``HMGET``), the parse and the
 #: commit script (which stores the fields it is given by name) all use this tuple.
-TRACKING_FIELDS = ("v", "ck", "mode", "wv", "n", "tail", "we", "kid")
+TRACKING_FIELDS = (VERSION_FIELD, "ck", "mode", WRITE_VERSION_FIELD, "n", "tail", "we", "kid")
 #: The document hash fields a worker reads (the write script stores them).
 DOCUMENT_FIELDS = ("data", "version", "format", "scope", "eid")
 #: What the worker reads of a document to place a batch on its chain (no text).
@@ -44,7 +47,6 @@ _CACHE_KEY = re.compile(r"sha256:[0-9a-f]{64}")
 _KEY_ID = re.compile(r"([0-9a-f]{16})?")  # empty: unsigned, or not recorded
 _CK_PREFIX = "sha256:"
 _U64_DIGITS = 20  # 2**64 - 1 has 20 digits
-_LANE_SCOPE = {"r:": "resource", "t:": "thread"}
 
 
 def is_stream_id(value: str) -> bool:
@@ -59,23 +61,6 @@ def is_stream_id(value: str) -> bool:
     if len(ms) < _U64_DIGITS and len(seq) < _U64_DIGITS:
         return True
     return len(ms) <= _U64_DIGITS and len(seq) <= _U64_DIGITS and int(ms) < 2**64 and int(seq) < 2**64
-
-
-def parse_version(raw: object, what: str) -> int:
-    """A version read from Redis or an event: a non-negative integer within 2**53.
-
-    Raises:
-        CorruptDataError: anything else (a float string, ``abc``, a negative number).
-    """
-    if isinstance(raw, bool) or not isinstance(raw, int | str):
-        raise CorruptDataError(f"{what} is {raw!r}, not an integer")
-    if isinstance(raw, str):
-        if not raw.isascii() or not raw.isdigit() or len(raw) > 16:
-            raise CorruptDataError(f"{what} is {raw[:40]!r}, not a non-negative integer within 2**53")
-        raw = int(raw)
-    if not 0 <= raw <= MAX_VERSION:
-        raise CorruptDataError(f"{what} is {raw}, outside 0..2**53")
-    return raw
 
 
 class LaneTracking(msgspec.Struct, frozen=True, gc=False):
@@ -124,11 +109,11 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
         raw = dict(zip(TRACKING_FIELDS, fields, strict=True))
         if all(value is None for value in fields):
             return cls()  # a lane the workers never committed
-        missing = [name for name in ("v", "wv", "n") if raw[name] is None]
+        missing = [name for name in (VERSION_FIELD, WRITE_VERSION_FIELD, "n") if raw[name] is None]
         if missing:  # a partial hash would restart the lane's versions or forget what was processed
             raise CorruptDataError(f"{where} lacks field(s) {', '.join(missing)}")
-        version = parse_version(raw["v"] or "0", f"{where} field v")
-        write_version = parse_version(raw["wv"] or "0", f"{where} field wv")
+        version = parse_version(raw[VERSION_FIELD] or "0", f"{where} field {VERSION_FIELD}")
+        write_version = parse_version(raw[WRITE_VERSION_FIELD] or "0", f"{where} field {WRITE_VERSION_FIELD}")
         since = parse_version(raw["n"] or "0", f"{where} field n")
         ck, mode, tail, we = raw["ck"] or "", raw["mode"] or "", raw["tail"] or "", raw["we"] or ""
         if ck and not ck.startswith(_CK_PREFIX):  # stored without its constant prefix (see fields)
@@ -155,7 +140,7 @@ class LaneTracking(msgspec.Struct, frozen=True, gc=False):
         ``hash-max-listpack-value``, 64 bytes by default; one longer value turns the whole
         hash into a hash table, about 400 bytes more per lane). :meth:`parse` takes both."""
         ck = self.cache_key[len(_CK_PREFIX):] if self.cache_key.startswith(_CK_PREFIX) else self.cache_key
-        return ["v", self.version, "ck", ck, "mode", self.mode, "wv", self.write_version,
+        return [VERSION_FIELD, self.version, "ck", ck, "mode", self.mode, WRITE_VERSION_FIELD, self.write_version,
                 "n", self.since_snapshot, "we", self.write_event, "kid", self.key_id]
 
 
@@ -200,12 +185,12 @@ class LaneDocument(msgspec.Struct, frozen=True, gc=False):
         if fmt not in ("markdown", "json"):
             raise CorruptDataError(f"{where} field format is {(fmt or '')[:40]!r}")
         doc_format = cast(Format, fmt)
-        expected = _LANE_SCOPE.get(lane[:2])
+        expected = lane_scope(lane)
         if scope is not None and scope != expected:  # absent: the lane's prefix says
             raise CorruptDataError(f"{where} field scope is {(scope or '')[:40]!r}, the lane is {expected} scope")
         if expected == "resource":
-            return cls(lane, data, number, doc_format, "resource", lane[2:], None, eid or "")
-        return cls(lane, data, number, doc_format, "thread", owner, lane[2:], eid or "")
+            return cls(lane, data, number, doc_format, "resource", lane_owner_id(lane), None, eid or "")
+        return cls(lane, data, number, doc_format, "thread", owner, lane_owner_id(lane), eid or "")
 
     @classmethod
     def from_head(cls, lane: str, fields: list[str | None], where: str) -> LaneDocument | None:
@@ -221,9 +206,9 @@ class LaneDocument(msgspec.Struct, frozen=True, gc=False):
         if eid is None or not is_stream_id(eid) or fmt not in ("markdown", "json"):
             raise CorruptDataError(f"{where} fields eid and format are {str(eid)[:40]!r} and {str(fmt)[:40]!r}")
         number = parse_version(version, f"{where} field version")
-        if _LANE_SCOPE.get(lane[:2]) == "resource":
-            return cls(lane, None, number, cast(Format, fmt), "resource", lane[2:], None, eid)
-        return cls(lane, None, number, cast(Format, fmt), "thread", None, lane[2:], eid)
+        if lane_scope(lane) == "resource":
+            return cls(lane, None, number, cast(Format, fmt), "resource", lane_owner_id(lane), None, eid)
+        return cls(lane, None, number, cast(Format, fmt), "thread", None, lane_owner_id(lane), eid)
 
     def event(self) -> WriteEvent:
         """The document as a write event (what :func:`advance` consumes); needs its text."""

@@ -46,12 +46,13 @@ from signals.core.codec import FIELD, decode_delivery, encode_json
 from signals.core.models import Delivery
 from signals.core.processor import apply_delta
 from signals.core.window import MAX_RESUME_STEP, WINDOW_ID, StepResult
+from signals.core.wire import MAX_VERSION, lane_owner_id, lane_scope
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
 from signals.streams.client import Client
 from signals.streams.delivery_chain import ChainState, LogIntegrity, check_chain, link
 from signals.streams.keys import Keys, validate_id
 from signals.streams.redis_errors import ids_exhausted
-from signals.streams.replay import MAX_VERSION, RawEntry, xrange_entries
+from signals.streams.replay import RawEntry, xrange_entries
 
 __all__ = ("NO_WINDOW", "DeliveryLog", "LogIntegrity", "ModelView", "decode_record", "rebuild_texts")
 
@@ -356,10 +357,10 @@ def _check_record(where: str, thread_id: str, record: Delivery) -> None:
     if record.base_version is not None and not 0 < record.base_version < record.version:
         raise CorruptDataError(f"{where}: baseVersion {str(record.base_version)[:40]} is not a version "
                                f"below {record.version}")
-    if {"r:": "resource", "t:": "thread"}.get(record.lane[:2]) != record.attributes.scope:
+    if lane_scope(record.lane) != record.attributes.scope:
         raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} does not fit scope {record.attributes.scope!r}")
     try:  # a lane is its prefix and an id (no control characters: a reader prints it)
-        validate_id(record.lane[2:], "lane id")
+        validate_id(lane_owner_id(record.lane), "lane id")
     except InvalidInputError as e:
         raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} is not a lane id") from e
 

@@ -13,8 +13,8 @@ from typing import cast
 from redis import exceptions as redis_exc
 
 from signals.core.codec import invalid_utf8_at
-from signals.core.lane import parse_version
 from signals.core.models import Format
+from signals.core.wire import parse_version
 from signals.errors import CorruptDataError, RedisUnavailableError
 from signals.streams.client import Client
 from signals.streams.keys import Keys

@@ -18,9 +18,9 @@ from typing import Any
 
 import msgspec
 
-from signals.core.lane import parse_version
 from signals.core.memory import parse_merge_input
 from signals.core.merge import normalise_numbers
+from signals.core.wire import parse_version
 from signals.errors import CorruptDataError
 
 __all__ = ("canonical_merge", "parse_stored", "request_fingerprint")

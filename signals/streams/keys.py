@@ -16,6 +16,7 @@ import zlib
 from dataclasses import dataclass
 
 from signals.core.models import Scope
+from signals.core.wire import make_lane
 from signals.errors import InvalidInputError
 
 __all__ = ("GROUP", "Keys", "lane_id", "validate_id")
@@ -43,9 +44,9 @@ def validate_id(value: object, what: str) -> str:
 def lane_id(scope: Scope, resource_id: str | None, thread_id: str | None) -> str:
     """The lane of a document: ``r:<resourceId>`` or ``t:<threadId>``."""
     if scope == "resource":
-        return "r:" + validate_id(resource_id, "resource id")
+        return make_lane("resource", validate_id(resource_id, "resource id"))
     if scope == "thread":
-        return "t:" + validate_id(thread_id, "thread id (thread scope needs one)")
+        return make_lane("thread", validate_id(thread_id, "thread id (thread scope needs one)"))
     raise InvalidInputError(f"unknown scope {scope!r}: use 'resource' or 'thread'")
 
 
@@ -109,11 +110,11 @@ class Keys:
 
     def thread(self, thread_id: str) -> str:
         """Hash: a thread's owner ``resource`` and ``createdAt`` (never changes)."""
-        return self._lane_key("thread", "t:" + thread_id)
+        return self._lane_key("thread", make_lane("thread", thread_id))
 
     def deliveries(self, thread_id: str) -> str:
         """Stream: what the agent loop of a thread put into its model's window."""
-        return self._lane_key("dlv", "t:" + thread_id)
+        return self._lane_key("dlv", make_lane("thread", thread_id))
 
     def writes(self, partition: int) -> str:
         """Stream: the partition's write events (consumer group :data:`GROUP`)."""

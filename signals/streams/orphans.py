@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from signals.core.lane import is_stream_id
+from signals.core.wire import lane_scope
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 
@@ -44,7 +45,7 @@ def _int(value: Any) -> int | None:
 
 async def orphaned_lanes(redis: Client, keys: Keys, partition: int, lanes: list[str]) -> list[Orphan]:
     """The lanes of ``lanes`` (all of ``partition``) that are orphaned (see the module header)."""
-    lanes = [lane for lane in lanes if isinstance(lane, str) and lane[:2] in ("r:", "t:")]
+    lanes = [lane for lane in lanes if isinstance(lane, str) and lane_scope(lane) is not None]
     if not lanes:
         return []
     async with redis.pipeline(transaction=False) as pipe:

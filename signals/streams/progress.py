@@ -16,10 +16,11 @@ from __future__ import annotations
 import anyio
 from redis import exceptions as redis_exc
 
+from signals.core.lane import WRITE_VERSION_FIELD
+from signals.core.wire import LANE_PREFIX_LENGTH, lane_owner_id, lane_scope, parse_version
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client, smembers
 from signals.streams.keys import MAX_ID_LENGTH, Keys, validate_id
-from signals.streams.replay import MAX_VERSION
 
 __all__ = ("lagging_lanes", "lane_name_problem", "lane_progress", "lane_versions", "wait_caught_up")
 
@@ -47,13 +48,13 @@ async def lane_progress(redis: Client, keys: Keys, lanes: list[str]) -> list[tup
     async with redis.pipeline(transaction=False) as pipe:
         for lane in lanes:
             pipe.execute_command("HGET", keys.doc(lane), "version", NEVER_DECODE=True)
-            pipe.execute_command("HGET", keys.track(lane), "wv", NEVER_DECODE=True)
+            pipe.execute_command("HGET", keys.track(lane), WRITE_VERSION_FIELD, NEVER_DECODE=True)
         replies = await pipe.execute(raise_on_error=False)
     out: list[tuple[int, int] | CorruptDataError] = []
     for i, lane in enumerate(lanes):
         try:
             out.append((_version(replies[2 * i], keys.doc(lane), "version"),
-                        _version(replies[2 * i + 1], keys.track(lane), "wv")))
+                        _version(replies[2 * i + 1], keys.track(lane), WRITE_VERSION_FIELD)))
         except CorruptDataError as e:
             out.append(e)
     return out
@@ -65,10 +66,10 @@ def lane_name_problem(keys: Keys, lane: str, partition: int) -> str | None:
     512 characters, no control character, brace or byte that is not UTF-8), or a lane of
     another partition (its keys are not where this set's lanes are, and listing it here
     would count it twice)."""
-    if len(lane) > MAX_ID_LENGTH + 2 or lane[:2] not in ("r:", "t:"):
+    if len(lane) > MAX_ID_LENGTH + LANE_PREFIX_LENGTH or lane_scope(lane) is None:
         return f"not a lane name (r:<id> or t:<id>, an id of at most {MAX_ID_LENGTH} characters)"
     try:
-        validate_id(lane[2:], "id")
+        validate_id(lane_owner_id(lane), "id")
     except InvalidInputError:
         return "not a lane name (its id is empty, or holds a control character, a brace or bytes that are not UTF-8)"
     home = keys.partition(lane)
@@ -84,10 +85,7 @@ def _version(raw: object, key: str, field: str) -> int:
         raise CorruptDataError(f"{key} is not a hash") from raw
     if isinstance(raw, Exception):
         raise raw  # whole-server conditions (OOM, loading...) are not this lane's data
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    if not text.isascii() or not text.isdigit() or len(text) > 16 or int(text) > MAX_VERSION:
-        raise CorruptDataError(f"{key} field {field} is {text[:40]!r}, not an integer within 0..2**53")
-    return int(text)
+    return parse_version(raw, f"{key} field {field}")
 
 
 async def lagging_lanes(redis: Client, keys: Keys) -> dict[str, tuple[int, int]]:

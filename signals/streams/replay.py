@@ -32,12 +32,12 @@ from signals.core.codec import FIELD, decode_signal
 from signals.core.models import STATE_ID, TAG_NAME, Signal
 from signals.core.processor import apply_delta
 from signals.core.signing import MAC_FIELD, Signer
+from signals.core.wire import MAX_VERSION, lane_owner_id, lane_scope
 from signals.errors import CorruptDataError, HistoryTrimmedError, InvalidInputError, VerifyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 
 __all__ = (
-    "MAX_VERSION",
     "Materialised",
     "RawEntry",
     "decode_entry",
@@ -53,10 +53,7 @@ __all__ = (
     "xread_streams",
 )
 
-#: Versions are integers up to 2**53: exact in every JSON reader (JavaScript's too).
-MAX_VERSION: Final = 2**53
 _NEVER_DECODE: Final = {"NEVER_DECODE": True}
-_LANE_SCOPE: Final = {"r:": "resource", "t:": "thread"}
 
 RawEntry = tuple[str, dict[str, str] | None]
 """A stream entry: its id and its fields, ``None`` when a field name or value is not UTF-8."""
@@ -180,11 +177,11 @@ def _identity_problem(signal: Signal, lane: str) -> str | None:
         return f"id/tagName {signal.id[:40]!r}/{signal.tag_name[:40]!r}, not {STATE_ID!r}"
     if signal.lane != lane:
         return f"lane field {signal.lane[:80]!r} is not this stream's lane {lane!r}"
-    scope = _LANE_SCOPE.get(lane[:2])
+    scope = lane_scope(lane)
     if signal.attributes.scope != scope:
         return f"scope {signal.attributes.scope!r} does not fit lane {lane!r}"
     name, owner = ("resourceId", signal.resource_id) if scope == "resource" else ("threadId", signal.thread_id)
-    if owner is not None and owner != lane[2:]:
+    if owner is not None and owner != lane_owner_id(lane):
         return f"{name} {owner[:80]!r} does not fit lane {lane!r}"
     return None
 

@@ -34,7 +34,6 @@ import anyio
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
-from signals.core.lane import MAX_VERSION
 from signals.core.lru import LRU
 from signals.core.memory import (
     WorkingMemoryConfig,
@@ -44,6 +43,7 @@ from signals.core.memory import (
     template_text,
 )
 from signals.core.models import Scope
+from signals.core.wire import MAX_VERSION
 from signals.errors import (
     ConflictError,
     CorruptDataError,

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from signals.core.cachekey import js_trim
-from signals.core.lane import is_stream_id
+from signals.core.lane import WRITE_VERSION_FIELD, is_stream_id
 from signals.core.models import Signal
 from signals.core.signing import Signer
+from signals.core.wire import parse_version
 from signals.errors import CorruptDataError, InvalidInputError, VerifyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.replay import (
-    MAX_VERSION,
     Materialised,
     _text,
     materialise,
@@ -56,10 +56,10 @@ class DocumentState:
 
 
 def _version(raw: object, what: str) -> int:
-    text = _text(raw)
-    if text is None or not text.isascii() or not text.isdigit() or len(text) > 16 or int(text) > MAX_VERSION:
-        raise VerifyError(f"{what} is {str(raw)[:40]}, not an integer within 0..2**53")
-    return int(text)
+    try:
+        return parse_version(raw, what)
+    except CorruptDataError as e:  # verification reports it as a failed check
+        raise VerifyError(str(e)) from e
 
 
 async def _command(redis: Client, key: str, *args: str | int) -> Any:
@@ -87,8 +87,8 @@ async def read_document_state(redis: Client, keys: Keys, lane: str) -> DocumentS
     data = None if raw_data is None else _text(raw_data)
     if raw_data is not None and data is None:
         raise VerifyError(f"{doc_key} field data is not UTF-8 text")
-    processed_raw = await _command(redis, track_key, "HGET", track_key, "wv")
-    processed = 0 if processed_raw is None else _version(processed_raw, f"{track_key} field wv")
+    processed_raw = await _command(redis, track_key, "HGET", track_key, WRITE_VERSION_FIELD)
+    processed = 0 if processed_raw is None else _version(processed_raw, f"{track_key} field {WRITE_VERSION_FIELD}")
     tail = await _command(redis, stream, "XREVRANGE", stream, "+", "-", "COUNT", 1)
     eid = None if raw_eid is None else _text(raw_eid)
     gone = False

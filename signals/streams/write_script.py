@@ -19,9 +19,9 @@ from redis import exceptions as redis_exc
 
 from signals.core._time import now_iso
 from signals.core.codec import encode_json
-from signals.core.lane import MAX_VERSION, parse_version
 from signals.core.memory import MAX_EVENT_CHARS, WorkingMemoryConfig
 from signals.core.models import Scope, WriteEvent
+from signals.core.wire import MAX_VERSION, parse_version
 from signals.errors import (
     ConflictError,
     CorruptDataError,

@@ -80,10 +80,11 @@ from redis.asyncio import Redis
 
 from signals.core.cachekey import cache_key, js_trim
 from signals.core.codec import FIELD, decode_dead_letter, encode_json
-from signals.core.lane import MAX_VERSION, TRACKING_FIELDS
+from signals.core.lane import TRACKING_FIELDS
 from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Attributes, DeadLetter, Signal
 from signals.core.processor import apply_delta
+from signals.core.wire import MAX_VERSION
 from signals.streams.keys import GROUP, Keys
 from signals.streams.replay import decode_entry, materialise, text_problem, xrange_entries
 from signals.streams.store import WorkingMemoryStore

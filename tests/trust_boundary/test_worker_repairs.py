@@ -15,9 +15,9 @@ from redis.asyncio import Redis
 import workers.engine.consumer as consumer_module
 from signals.core.cachekey import cache_key
 from signals.core.codec import FIELD, decode_signal, encode_json
-from signals.core.lane import MAX_VERSION
 from signals.core.memory import WorkingMemoryConfig
 from signals.core.models import Attributes, Signal, WriteEvent
+from signals.core.wire import MAX_VERSION
 from signals.streams.deadletters import DeadLetters
 from signals.streams.keys import Keys
 from signals.streams.replay import decode_entry, xrange_entries

@@ -8,9 +8,10 @@ import msgspec
 from redis import exceptions as redis_exc
 
 from signals.core.codec import FIELD, decode_signal
-from signals.core.lane import MAX_VERSION, LaneTracking
+from signals.core.lane import LaneTracking
 from signals.core.lru import LRU
 from signals.core.models import Signal
+from signals.core.wire import MAX_VERSION
 from signals.errors import WmSignalsError
 from signals.streams.client import Client, lindex
 from signals.streams.keys import Keys

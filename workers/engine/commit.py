@@ -33,6 +33,7 @@ from signals.core.codec import encode_signal
 from signals.core.lane import LaneDocument, LaneOptions, LaneTracking, advance
 from signals.core.models import WriteEvent
 from signals.core.signing import Signer
+from signals.core.wire import lane_owner_id
 from signals.streams.keys import Keys
 from workers.engine.lane_state import LaneState, Pending
 
@@ -257,7 +258,7 @@ def steady_check(keys: Keys, doc: LaneDocument, head: str | None) -> dict[str, A
     check: dict[str, Any] = {"doc": keys.doc(doc.lane), "version": doc.version, "format": doc.format,
                              "stops": [doc.eid, head] if head else [doc.eid]}
     if doc.scope == "thread":
-        check["thread"], check["owner"] = keys.thread(doc.lane[2:]), doc.resource_id
+        check["thread"], check["owner"] = keys.thread(lane_owner_id(doc.lane)), doc.resource_id
     return check
 
 

@@ -36,9 +36,10 @@ from redis import exceptions as redis_exc
 from signals.core._time import now_iso
 from signals.core.cachekey import cache_key
 from signals.core.codec import encode_signal
-from signals.core.lane import is_stream_id, parse_version
+from signals.core.lane import is_stream_id
 from signals.core.models import Attributes, Signal
 from signals.core.signing import Signer
+from signals.core.wire import lane_owner_id, lane_scope, parse_version
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
@@ -136,10 +137,10 @@ class Compactor:
     def _is_lane_of(self, member: object, partition: int) -> bool:
         """Whether a lane registry member names a lane of ``partition`` (writers fill the
         registry: a member is checked before any key is built from it)."""
-        if not isinstance(member, str) or member[:2] not in ("r:", "t:"):
+        if not isinstance(member, str) or lane_scope(member) is None:
             return False
         try:
-            validate_id(member[2:], "lane id")
+            validate_id(lane_owner_id(member), "lane id")
         except InvalidInputError:
             return False
         return self.keys.partition(member) == partition

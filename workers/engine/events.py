@@ -11,9 +11,10 @@ genuine (on its lane's chain of writes) is the commit protocol's question
 from __future__ import annotations
 
 from signals.core.codec import FIELD, decode_write
-from signals.core.lane import MAX_VERSION, is_stream_id
+from signals.core.lane import is_stream_id
 from signals.core.memory import MAX_EVENT_CHARS
 from signals.core.models import WriteEvent
+from signals.core.wire import MAX_VERSION, make_lane
 from signals.streams.deadletters import KEPT_CHARS
 from signals.streams.keys import Keys, validate_id
 
@@ -27,7 +28,6 @@ __all__ = ("PREV_FIELD", "REQUEUED_FIELD", "EventDecoder", "printable", "text")
 PREV_FIELD = "p"
 #: The field of an event put back by ``dlq requeue`` (requeue.lua): the dead letter's id.
 REQUEUED_FIELD = "r"
-_LANE_PREFIX = {"resource": "r:", "thread": "t:"}
 
 
 class EventDecoder:
@@ -56,7 +56,7 @@ class EventDecoder:
         if not 1 <= event.version <= MAX_VERSION:
             raise ValueError(f"version {event.version} is outside 1..2**53")
         owner = event.resource_id if event.scope == "resource" else event.thread_id
-        if not owner or event.lane != _LANE_PREFIX[event.scope] + owner:
+        if not owner or event.lane != make_lane(event.scope, owner):
             raise ValueError(f"lane {event.lane[:80]!r} does not match its scope and ids")
         if self._lanes.get(event.lane) != partition:  # each lane's id and partition checked once
             validate_id(owner, "the event's " + event.scope + " id")

@@ -25,9 +25,18 @@ from typing import cast
 import msgspec
 import structlog
 
-from signals.core.lane import DOCUMENT_FIELDS, HEAD_FIELDS, MAX_VERSION, TRACKING_FIELDS, LaneDocument, LaneTracking
+from signals.core.lane import (
+    DOCUMENT_FIELDS,
+    HEAD_FIELDS,
+    TRACKING_FIELDS,
+    VERSION_FIELD,
+    WRITE_VERSION_FIELD,
+    LaneDocument,
+    LaneTracking,
+)
 from signals.core.memory import MAX_EVENT_CHARS
 from signals.core.models import WriteEvent
+from signals.core.wire import MAX_VERSION, lane_owner_id, lane_scope
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
@@ -99,14 +108,14 @@ async def read_lanes(
             states[lane].tracking = cached
             states[lane].expected = str(cached.write_version) if cached.write_version else ""
             states[lane].expected_version = str(cached.version)
-    threads = [lane for lane in lanes if lane.startswith("t:")]
+    threads = [lane for lane in lanes if lane_scope(lane) == "thread"]
     async with redis.pipeline(transaction=False) as pipe:
         for lane in lanes:
             pipe.hmget(keys.doc(lane), list(HEAD_FIELDS))
         for lane in misses:
             pipe.hmget(keys.track(lane), list(TRACKING_FIELDS))
         for lane in threads:  # the owner is checked against every event of a thread lane
-            pipe.hget(keys.thread(lane[2:]), "resource")
+            pipe.hget(keys.thread(lane_owner_id(lane)), "resource")
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
     unread = _from_heads(keys, list(lanes), replies, states)
@@ -156,11 +165,11 @@ async def load_documents(redis: Client, keys: Keys, states: dict[str, LaneState]
     async with redis.pipeline(transaction=False) as pipe:
         for lane in lanes:
             pipe.hmget(keys.doc(lane), list(DOCUMENT_FIELDS))
-            pipe.hget(keys.thread(lane[2:]), "resource") if lane.startswith("t:") else pipe.ping()
+            pipe.hget(keys.thread(lane_owner_id(lane)), "resource") if lane_scope(lane) == "thread" else pipe.ping()
         replies = list(await pipe.execute(raise_on_error=False))
     raise_whole_server(replies)
     for n, lane in enumerate(lanes):
-        owner = replies[2 * n + 1] if lane.startswith("t:") else None
+        owner = replies[2 * n + 1] if lane_scope(lane) == "thread" else None
         states[lane].doc, states[lane].fault = _parse_document(keys, lane, replies[2 * n], owner)
 
 
@@ -182,13 +191,13 @@ def _parse_document(keys: Keys, lane: str, reply: object, owner: object) -> tupl
     if isinstance(reply, Exception):
         return None, f"corrupt document: {where}: {reply}"
     if isinstance(owner, Exception):
-        return None, f"corrupt thread record: {keys.thread(lane[2:])}: {owner}"
+        return None, f"corrupt thread record: {keys.thread(lane_owner_id(lane))}: {owner}"
     data = reply[0] if isinstance(reply, list) and reply else None
     if isinstance(data, str) and len(data) > MAX_EVENT_CHARS:  # bounded work, and no model takes it
         return None, (f"oversized document: {where} holds {len(data):,} characters, over the worker's limit of "
                       f"{MAX_EVENT_CHARS:,} (that of a write event)")
     if owner is not None and not _is_resource_id(owner):  # '' or 'x{p1}' would be its signals' resourceId
-        return None, f"corrupt thread record: {keys.thread(lane[2:])} field resource is not a resource id"
+        return None, f"corrupt thread record: {keys.thread(lane_owner_id(lane))} field resource is not a resource id"
     try:
         return LaneDocument.parse(lane, cast(list[str | None], reply), cast(str | None, owner), where), None
     except CorruptDataError as e:
@@ -211,9 +220,9 @@ def _parse_tracking(keys: Keys, lane: str, reply: object, state: LaneState) -> N
         state.repair = f"{where}: {reply}"
         return
     fields = cast(list[str | None], reply)
-    raw_v = fields[TRACKING_FIELDS.index("v")] or ""
+    raw_v = fields[TRACKING_FIELDS.index(VERSION_FIELD)] or ""
     state.expected_version = raw_v if raw_v.isprintable() and raw_v.isascii() else "!junk"
-    raw_wv = fields[TRACKING_FIELDS.index("wv")] or ""
+    raw_wv = fields[TRACKING_FIELDS.index(WRITE_VERSION_FIELD)] or ""
     # the CAS compares what was read; bytes that are not UTF-8 cannot travel in JSON: the
     # repair then replaces the tracking without comparing it
     state.expected = raw_wv if raw_wv.isprintable() and raw_wv.isascii() else "!junk"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from signals.core._time import now_iso
 from signals.core.models import WriteEvent
+from signals.core.wire import lane_owner_id
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.orphans import Orphan, orphaned_lanes
@@ -81,7 +82,7 @@ class Scanner:
 async def catch_up_entry(redis: Client, keys: Keys, orphan: Orphan) -> Pending:
     """A request to bring ``orphan`` up to its document (as ``dlq requeue`` makes one),
     standing for its lost write event (its id: :data:`CATCH_UP_ID`)."""
-    owner = orphan.lane[2:]
+    owner = lane_owner_id(orphan.lane)
     resource: str | None = owner
     thread: str | None = None
     if orphan.scope == "thread":

@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis import exceptions as redis_exc
 
 from signals.core.codec import encode_json
-from signals.core.lane import MAX_VERSION
 from signals.core.memory import json_schema_of
 from signals.core.signing import Signer
+from signals.core.wire import MAX_VERSION
 from signals.errors import (
     ConflictError,
     CorruptDataError,

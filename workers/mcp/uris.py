@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import quote, unquote
 
+from signals.core.wire import lane_owner_id, lane_scope, make_lane
 from signals.errors import InvalidInputError
 from signals.streams.keys import validate_id
 
@@ -55,7 +56,7 @@ class Target:
     @property
     def lane(self) -> str:
         """The lane of the document (``r:<id>`` or ``t:<id>``)."""
-        return ("r:" if self.kind == "resource" else "t:") + self.id
+        return make_lane(self.kind, self.id)
 
     @property
     def uri(self) -> str:
@@ -71,8 +72,8 @@ def uri_of(kind: Kind, id_: str, part: Part = "memory") -> str:
 
 def lane_uris(lane: str) -> tuple[str, str]:
     """The two URIs a change of ``lane`` updates: its document and its version."""
-    kind: Kind = "resource" if lane.startswith("r:") else "thread"
-    return uri_of(kind, lane[2:]), uri_of(kind, lane[2:], "version")
+    kind: Kind = "resource" if lane_scope(lane) == "resource" else "thread"
+    return uri_of(kind, lane_owner_id(lane)), uri_of(kind, lane_owner_id(lane), "version")
 
 
 def parse(uri: object) -> Target:

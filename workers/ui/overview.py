@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import msgspec
 from redis import exceptions as redis_exc
 
+from signals.core.wire import lane_owner_id, lane_scope, make_lane
 from signals.errors import InvalidInputError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
@@ -144,10 +145,10 @@ async def search(redis: Client, keys: Keys, query: str) -> list[Found]:
         InvalidInputError: ``query`` is not an id (empty, too long, control characters, braces).
     """
     query = query.strip()
-    if query[:2] in ("r:", "t:"):
-        query = query[2:]
+    if lane_scope(query) is not None:
+        query = lane_owner_id(query)
     ident = validate_id(query, "resource or thread id")
-    resource, thread = "r:" + ident, "t:" + ident
+    resource, thread = make_lane("resource", ident), make_lane("thread", ident)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hget(keys.doc(resource), "version")
         pipe.xlen(keys.signals(resource))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from signals.core.diff import unified_patch
 from signals.core.retention import Retention
 from signals.core.signing import Signer
+from signals.core.wire import lane_owner_id, lane_scope
 from signals.errors import InvalidInputError, VerifyError
 from signals.streams.client import Client
 from signals.streams.history import PageEntry, SignalPage, first_signal, signal_page, version_texts
@@ -35,9 +36,9 @@ _VERIFY_SPAN = 2_000
 
 def check_lane(lane: str) -> str:
     """``lane`` if it names a lane (``r:<id>`` or ``t:<id>``), else :class:`InvalidInputError`."""
-    if lane[:2] not in ("r:", "t:"):
+    if lane_scope(lane) is None:
         raise InvalidInputError(f"a lane is r:<resource id> or t:<thread id>, not {lane[:40]!r}")
-    validate_id(lane[2:], "lane id")
+    validate_id(lane_owner_id(lane), "lane id")
     return lane
 
 

@@ -17,11 +17,11 @@ from rich.console import Console
 from rich.progress import Progress
 
 from signals.core.diff import unified_patch
-from signals.core.lane import parse_version
 from signals.core.models import Delivery, Signal
 from signals.core.retention import Retention
 from signals.core.signing import MAC_FIELD, Signer
 from signals.core.tokens import approx_tokens
+from signals.core.wire import parse_version
 from signals.errors import CorruptDataError, InvalidInputError, VerifyError
 from signals.streams.deliveries import DeliveryLog, LogIntegrity
 from signals.streams.export import decode_export, encode_export, read_export, write_export
