@@ -17,6 +17,7 @@ from signals.core.signing import Signer
 from signals.errors import CorruptDataError, VerifyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
+from signals.streams.redis_errors import is_wrong_type
 from signals.streams.replay import decode_entry, text_problem, xrange_entries
 
 __all__ = ("chain_start",)
@@ -33,7 +34,7 @@ async def _last_snapshot_id(redis: Client, keys: Keys, lane: str) -> str:
     try:
         raw = await redis.execute_command("LINDEX", key, -1, NEVER_DECODE=True)
     except redis_exc.ResponseError as e:
-        if not str(e).startswith("WRONGTYPE"):
+        if not is_wrong_type(e):
             raise
         raw = None
     text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else None

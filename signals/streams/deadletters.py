@@ -15,6 +15,7 @@ from signals.core.models import DeadLetter
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client, Entry, xrange
 from signals.streams.keys import Keys
+from signals.streams.redis_errors import is_wrong_type
 from signals.streams.scripts import ServerScript
 
 __all__ = ("KEPT_CHARS", "DeadLetterEntry", "DeadLetters")
@@ -71,7 +72,7 @@ class DeadLetters:
             try:
                 out[partition] = int(await self.redis.xlen(key))
             except redis_exc.ResponseError as e:
-                if "WRONGTYPE" not in str(e):
+                if not is_wrong_type(e):
                     raise
                 raise CorruptDataError(f"{key} is not a stream") from e
         return tuple(out)
@@ -112,7 +113,7 @@ class DeadLetters:
         try:
             return await xrange(self.redis, key, start=start, end=end, count=count)
         except redis_exc.ResponseError as e:
-            if "WRONGTYPE" not in str(e):
+            if not is_wrong_type(e):
                 raise
             raise CorruptDataError(f"{key} is not a stream") from e
 

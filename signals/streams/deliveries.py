@@ -51,7 +51,7 @@ from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
 from signals.streams.client import Client
 from signals.streams.delivery_chain import ChainState, LogIntegrity, check_chain, link
 from signals.streams.keys import Keys, validate_id
-from signals.streams.redis_errors import ids_exhausted
+from signals.streams.redis_errors import ids_exhausted, is_wrong_type
 from signals.streams.replay import RawEntry, xrange_entries
 
 __all__ = ("NO_WINDOW", "DeliveryLog", "LogIntegrity", "ModelView", "decode_record", "rebuild_texts")
@@ -122,13 +122,13 @@ class DeliveryLog:
                 await pipe.execute()
         except redis_exc.OutOfMemoryError as e:
             raise RedisBusyError(f"delivery log {stream}: Redis is out of memory: {e}") from e
-        except redis_exc.ResponseError as e:  # the pipeline names the command: WRONGTYPE is inside
+        except redis_exc.ResponseError as e:  # the pipeline names the command before the reply
             if ids_exhausted(e):  # an entry with the largest id, added by hand
                 raise CorruptDataError(
                     f"delivery log {stream} has run out of stream ids (an entry with the largest id was added by "
                     "hand; any agent user may append to a thread's log): nothing was logged; an operator must "
                     "delete the key (the log starts again empty)") from e
-            if "WRONGTYPE" not in str(e):
+            if not is_wrong_type(e):
                 raise
             raise CorruptDataError(f"delivery log {stream} is not a stream") from e
 

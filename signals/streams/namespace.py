@@ -27,6 +27,7 @@ from redis import exceptions as redis_exc
 from signals.errors import CorruptDataError, NamespaceMismatchError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
+from signals.streams.redis_errors import is_wrong_type
 
 __all__ = ("EPOCH_FIELD", "NamespaceCheck", "check_namespace", "epoch_of", "read_epoch")
 
@@ -52,7 +53,7 @@ async def check_namespace(redis: Client, keys: Keys, *, record: bool = True) -> 
         if record and await redis.hget(key, EPOCH_FIELD) is None:
             await redis.hsetnx(key, EPOCH_FIELD, secrets.token_hex(16))
     except redis_exc.ResponseError as e:
-        if "WRONGTYPE" not in str(e):
+        if not is_wrong_type(e):
             raise
         raise CorruptDataError(f"{key} is not a hash: the namespace's settings cannot be read") from e
     if stored is None:
@@ -73,7 +74,7 @@ async def read_epoch(redis: Client, keys: Keys) -> str | None:
     try:
         raw = await redis.hget(keys.config(), EPOCH_FIELD)
     except redis_exc.ResponseError as e:
-        if "WRONGTYPE" not in str(e):
+        if not is_wrong_type(e):
             raise
         return None
     return epoch_of(raw)

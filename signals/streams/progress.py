@@ -14,13 +14,13 @@ says when one cannot be a lane of that partition.
 from __future__ import annotations
 
 import anyio
-from redis import exceptions as redis_exc
 
 from signals.core.lane import WRITE_VERSION_FIELD
 from signals.core.wire import LANE_PREFIX_LENGTH, lane_owner_id, lane_scope, parse_version
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client, smembers
 from signals.streams.keys import MAX_ID_LENGTH, Keys, validate_id
+from signals.streams.redis_errors import is_wrong_type
 
 __all__ = ("lagging_lanes", "lane_name_problem", "lane_progress", "lane_versions", "wait_caught_up")
 
@@ -81,7 +81,7 @@ def lane_name_problem(keys: Keys, lane: str, partition: int) -> str | None:
 def _version(raw: object, key: str, field: str) -> int:
     if raw is None:
         return 0
-    if isinstance(raw, redis_exc.ResponseError) and str(raw).startswith("WRONGTYPE"):
+    if is_wrong_type(raw):
         raise CorruptDataError(f"{key} is not a hash") from raw
     if isinstance(raw, Exception):
         raise raw  # whole-server conditions (OOM, loading...) are not this lane's data

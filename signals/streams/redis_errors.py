@@ -4,20 +4,37 @@ a server that cannot be reached (both redis-py's ``ConnectionError`` or ``Timeou
 :class:`~signals.errors.RedisUnavailableError`),
 a reply over the client's bound, and the tests on an error reply (an ACL refusal, a
 stream's ids exhausted, a script's relayed error).
+
+The one classification of Redis errors, by how a caller reacts:
+
+* :func:`is_wrong_type`: a key holds another type (``WRONGTYPE``): that key is corrupt
+  or foreign data, the server is fine;
+* :func:`is_transient`: the connection failed or timed out: a new connection may succeed;
+* :func:`is_whole_server`: the server cannot work for a while (the transient errors, and
+  out of memory, loading, a read-only replica, a script past its busy threshold, a master
+  without the replicas it needs, a cluster reconfiguring): back off and retry, never
+  blame a key.
+
+Each reads the reply's code (:func:`reply_code`) however it reaches the caller: as Redis 7
+words it, relayed from a script by Redis 6.2 (after the script's location), or annotated
+by a redis-py pipeline (after the command).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import TypeGuard
 
 from redis import exceptions as redis_exc
 
 from signals.errors import CorruptDataError, RedisBusyError, RedisUnavailableError
 
 __all__ = (
-    "SERVER_CONDITIONS", "RedisConnectionError", "RedisConnectionTimeoutError", "RedisLoadingError",
+    "SERVER_CONDITIONS", "WHOLE_SERVER", "RedisConnectionError", "RedisConnectionTimeoutError", "RedisLoadingError",
     "RedisOutOfMemoryError", "RedisReadOnlyError", "RedisScriptBusyError", "ReplyTooLargeError", "acl_refused",
-    "ids_exhausted", "relayed_error", "unreachable",
+    "ids_exhausted", "is_transient", "is_whole_server", "is_wrong_type", "raise_whole_server", "relayed_error",
+    "reply_code", "unreachable",
 )
 
 
@@ -105,8 +122,72 @@ def ids_exhausted(error: BaseException) -> bool:
 def relayed_error(error: BaseException) -> str:
     """An error reply's text as Redis 7 words it, beginning with its code (``OOM ...``,
     ``NOREPLICAS ...``) also when Redis 6.2 relayed it from a script."""
-    text = str(error)
+    return _relayed_text(str(error))
+
+
+def _relayed_text(text: str) -> str:
     match = _SCRIPT_LOCATION.match(text)
     return text[match.end():] if match else text
 
 
+#: What redis-py puts between a pipeline command (its name and arguments) and its error reply.
+_PIPELINE_ERROR = "caused error: "
+
+
+def reply_code(error: object) -> str:
+    """The code an error reply begins with (``WRONGTYPE``, ``NOGROUP``, ``OOM``...), also when a
+    script relays it or a pipeline annotates it; ``""`` for an error that is not a reply."""
+    if not isinstance(error, redis_exc.ResponseError):
+        return ""
+    text = relayed_error(error)
+    _, annotated, reply = text.rpartition(_PIPELINE_ERROR)
+    if annotated:  # "Command # 1 (XADD k ...) of pipeline caused error: ('WRONGTYPE ...',)" in some versions
+        text = _relayed_text(reply.lstrip("(\"'"))
+    return text.split(" ", 1)[0]
+
+
+def is_wrong_type(error: object) -> TypeGuard[redis_exc.ResponseError]:
+    """Whether ``error`` is Redis refusing a command on a key of another type (``WRONGTYPE``)."""
+    return reply_code(error) == "WRONGTYPE"
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` is the connection failing or timing out (a new connection may
+    succeed). A refused login is not (redis-py's AuthenticationError is a ConnectionError):
+    waiting does not change the credentials."""
+    return isinstance(error, redis_exc.ConnectionError | redis_exc.TimeoutError) and not isinstance(
+        error, redis_exc.AuthenticationError)
+
+
+#: Exception classes of whole-server conditions besides the transient ones (redis-py maps
+#: ``LOADING`` to a ConnectionError subclass, ``OOM`` and ``READONLY`` to ResponseError
+#: subclasses); :class:`~signals.errors.RedisBusyError` is this library's (the wm-signals
+#: functions missing where this user may not load them among them: a worker with the
+#: generated ACL loads them).
+WHOLE_SERVER: tuple[type[Exception], ...] = (
+    RedisBusyError,
+    redis_exc.OutOfMemoryError,
+    redis_exc.ReadOnlyError,
+    redis_exc.TryAgainError,
+    redis_exc.ClusterDownError,
+)
+
+
+def is_whole_server(error: BaseException) -> bool:
+    """Whether ``error`` is about the server rather than one key (also when a Lua script
+    relays it as a plain error reply), and passes: backing off waits it out. A worker must
+    never exit for a fault of one lane, and must never dead-letter a lane's events because
+    the server was briefly unable to work. A refused login is not whole-server (see
+    :func:`is_transient`): a worker stops at once, saying so, rather than looking like an
+    outage for its reconnect timeout."""
+    if is_transient(error) or isinstance(error, WHOLE_SERVER):
+        return True
+    return reply_code(error) in SERVER_CONDITIONS
+
+
+def raise_whole_server(replies: Iterable[object]) -> None:
+    """Raise the first whole-server error among a pipeline's replies (read with
+    ``raise_on_error=False``); errors about single keys are left to the caller."""
+    for reply in replies:
+        if isinstance(reply, Exception) and is_whole_server(reply):
+            raise reply

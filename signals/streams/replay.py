@@ -36,6 +36,7 @@ from signals.core.wire import MAX_VERSION, lane_owner_id, lane_scope
 from signals.errors import CorruptDataError, HistoryTrimmedError, InvalidInputError, VerifyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
+from signals.streams.redis_errors import is_wrong_type
 
 __all__ = (
     "Materialised",
@@ -90,10 +91,6 @@ def _raw_entry(entry: Any) -> RawEntry:
     return entry_id, fields
 
 
-def _wrong_type(e: redis_exc.ResponseError) -> bool:
-    return str(e).startswith("WRONGTYPE")
-
-
 async def raw_command(redis: Client, key: str, args: list[str | int], *, kind: str = "a stream") -> Any:
     """Run a read of ``key`` with its reply left undecoded (bytes); a key of another type
     is corrupt data (:class:`~signals.errors.CorruptDataError` naming the key and the
@@ -101,7 +98,7 @@ async def raw_command(redis: Client, key: str, args: list[str | int], *, kind: s
     try:
         return await redis.execute_command(*args, **_NEVER_DECODE)
     except redis_exc.ResponseError as e:
-        if _wrong_type(e):
+        if is_wrong_type(e):
             raise CorruptDataError(f"{key} is not {kind}") from e
         raise
 

@@ -21,7 +21,7 @@ What happens during a failover, checked against the installed redis-py (8.x) and
 
 So every failover condition is a ``ConnectionError`` or a ``READONLY``, which the worker,
 the writers' callers and :class:`~signals.streams.subscribe.Subscription` already treat as
-whole-server and transient (back off and retry; see ``workers.engine.faults``). The client makes
+whole-server and transient (back off and retry; see :mod:`signals.streams.redis_errors`). The client makes
 no retries of its own: a failed command raises at once, and the caller's backoff decides.
 
 Credentials: the data nodes (master and replicas) and the sentinels authenticate

@@ -34,7 +34,7 @@ from redis import exceptions as redis_exc
 from signals._log import get_logger
 from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
-from signals.streams.redis_errors import acl_refused
+from signals.streams.redis_errors import acl_refused, is_wrong_type, reply_code
 
 __all__ = ("LIVE_IDLE_MS", "ServedCheck", "unserved_reason")
 
@@ -62,10 +62,10 @@ async def unserved_reason(redis: Client, keys: Keys, lane: str) -> str | None:
         consumers: list[dict[str, Any]] = await redis.xinfo_consumers(stream, GROUP)
     except redis_exc.ResponseError as e:
         text = str(e)
-        if "NOGROUP" in text or "no such key" in text:
+        if reply_code(e) == "NOGROUP" or "no such key" in text:
             return (f"no worker has run in namespace {keys.namespace!r}: its write stream {stream} has no "
                     f"consumer group {GROUP!r} (start one: wm-signals worker)")
-        if text.startswith("WRONGTYPE"):
+        if is_wrong_type(e):
             return f"{stream} is not a stream: no worker can read the writes of this lane's partition"
         raise
     if not consumers:

@@ -19,6 +19,7 @@ from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
 from signals.streams.orphans import orphaned_lanes
 from signals.streams.progress import lane_name_problem, lane_progress
+from signals.streams.redis_errors import is_wrong_type
 
 __all__ = ("BAD_LANES_LISTED", "SCAN_LANES", "BadLane", "ConsumerInfo", "PartitionInfo", "Report", "inspect",
            "shown_name")
@@ -138,7 +139,7 @@ async def _count(problems: list[str], key: str, kind: str, read: Awaitable[int])
     try:
         return int(await read)
     except redis_exc.ResponseError as e:
-        if "WRONGTYPE" not in str(e):
+        if not is_wrong_type(e):
             raise
         problems.append(f"{key} is not a {kind}: its figures read 0 (an operator must delete or repair it)")
         return 0

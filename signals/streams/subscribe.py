@@ -86,13 +86,13 @@ from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.namespace import EPOCH_FIELD, NamespaceCheck, epoch_of, read_epoch
+from signals.streams.redis_errors import is_transient, is_wrong_type
 from signals.streams.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
 from signals.streams.served import ServedCheck
 
 __all__ = ("Subscription",)
 
 log = get_logger(__name__)
-_TRANSIENT = (redis_exc.ConnectionError, redis_exc.TimeoutError)
 _PAGE = 2000
 
 
@@ -289,7 +289,7 @@ class Subscription:
             pipe.xrevrange(stream, count=1)
             epoch_raw, tail = await pipe.execute(raise_on_error=False)
         for reply in (epoch_raw, tail):  # a key of another type reads as nothing; anything else is raised
-            if isinstance(reply, redis_exc.ResponseError) and "WRONGTYPE" not in str(reply):
+            if isinstance(reply, redis_exc.ResponseError) and not is_wrong_type(reply):
                 raise reply
         epoch, seen = epoch_of(epoch_raw), self._epoch
         self._epoch = epoch or seen  # none recorded (yet, or since a loss): the stream's checks hold
@@ -361,7 +361,9 @@ class Subscription:
         while True:
             try:
                 batch = await self.poll(self.block_ms)
-            except _TRANSIENT as e:
+            except redis_exc.RedisError as e:
+                if not is_transient(e):  # a refused login above all: waiting does not change the credentials
+                    raise
                 delay = backoff.next_delay()
                 if delay is None:
                     raise RedisUnavailableError(f"subscription to {self.lane}: {e}") from e

@@ -19,6 +19,7 @@ from signals.core.lru import LRU
 from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError, ThreadOwnerError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
+from signals.streams.redis_errors import is_wrong_type
 from signals.streams.scripts import ServerScript
 
 __all__ = ("ThreadOwners", "owner_record")
@@ -83,7 +84,7 @@ class ThreadOwners:
         try:
             status, recorded = await self._claim(keys=[key], args=[resource_id, now_iso()])
         except redis_exc.ResponseError as e:
-            if "WRONGTYPE" not in str(e):
+            if not is_wrong_type(e):
                 raise
             raise CorruptDataError(f"{key} is not a thread record (a hash): the owner cannot be read") from e
         if status == "owner":

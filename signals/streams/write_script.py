@@ -35,7 +35,7 @@ from signals.errors import (
 from signals.streams.client import Client
 from signals.streams.durability import Durability, write_and_wait
 from signals.streams.keys import Keys
-from signals.streams.redis_errors import SERVER_CONDITIONS, acl_refused, ids_exhausted, relayed_error
+from signals.streams.redis_errors import SERVER_CONDITIONS, acl_refused, ids_exhausted, relayed_error, reply_code
 from signals.streams.scripts import ServerScript
 
 __all__ = ("LaneRef", "WriteScript")
@@ -165,10 +165,10 @@ def _refused_call(lane: str, writes: str, e: redis_exc.ResponseError) -> Excepti
     if acl_refused(e):
         # the deployment's ACL, not the lane's data: as any other command's NOPERM (exit 1)
         return redis_exc.NoPermissionError(f"writing {lane}: the Redis user may not: {text}")
-    relayed = relayed_error(e)  # Redis 6.2 relays a command's OOM from a script as a plain error
-    if relayed.startswith("OOM"):
+    relayed, code = relayed_error(e), reply_code(e)  # Redis 6.2 relays a command's OOM from a script as a plain error
+    if code == "OOM":
         return RedisBusyError(f"writing {lane}: Redis is out of memory: {relayed}")
-    if relayed.startswith(SERVER_CONDITIONS):  # min-replicas-to-write, a replica cut off, a failover
+    if code in SERVER_CONDITIONS:  # min-replicas-to-write, a replica cut off, a failover
         return RedisBusyError(f"writing {lane}: Redis refused the write for now: {relayed}")
     if ids_exhausted(e):  # see workers.engine.maintenance: restarted by a worker
         return RedisBusyError(

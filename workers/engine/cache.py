@@ -15,8 +15,8 @@ from signals.core.wire import MAX_VERSION
 from signals.errors import WmSignalsError
 from signals.streams.client import Client, lindex
 from signals.streams.keys import Keys
+from signals.streams.redis_errors import is_whole_server
 from signals.streams.replay import Materialised, iter_signals, materialise
-from workers.engine.faults import is_whole_server
 
 __all__ = ("RECENT", "TrackingCache", "rebuilt_from")
 

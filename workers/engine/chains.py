@@ -25,8 +25,8 @@ from signals.core.codec import encode_json
 from signals.core.lane import LaneDocument, LaneTracking
 from signals.streams.client import Client, queue_script
 from signals.streams.keys import Keys
+from signals.streams.redis_errors import raise_whole_server
 from signals.streams.scripts import missing
-from workers.engine.faults import raise_whole_server
 from workers.engine.lane_state import LaneState, Pending
 
 __all__ = ("CHAIN_IDS", "ChainLinks", "chain_frontier", "chain_path", "join_chain", "walk_chains")

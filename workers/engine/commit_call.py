@@ -5,7 +5,7 @@ What a call carries: the partitions' keys (the write stream, then each lane's tr
 signal stream and snapshot list), a MessagePack plan of the lanes (fields by name) and the
 lanes' signal texts as arguments of their own. What a status means, and what the script
 checks before it writes, is the script's header (``signals/streams/lua/commit.lua``). Whole-
-server errors propagate (see :func:`workers.engine.faults.raise_whole_server`).
+server errors propagate (see :func:`signals.streams.redis_errors.raise_whole_server`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from redis.asyncio.cluster import RedisCluster
 from signals.core.retention import Retention
 from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
+from signals.streams.redis_errors import raise_whole_server
 from signals.streams.scripts import missing
 from workers.engine.commit import LaneCommit
-from workers.engine.faults import raise_whole_server
 
 __all__ = ("MERGE_EVENTS", "run_commits")
 

@@ -43,10 +43,10 @@ from signals.core.wire import lane_owner_id, lane_scope, parse_version
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
+from signals.streams.redis_errors import is_whole_server
 from signals.streams.scripts import ServerScript
 from workers.engine.cache import RECENT, TrackingCache, rebuilt_from
 from workers.engine.counters import METRICS
-from workers.engine.faults import is_whole_server
 
 __all__ = ("CompactStats", "Compactor")
 

@@ -14,11 +14,11 @@ from signals.core.codec import FIELD, encode_json
 from signals.core.models import DeadLetter
 from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
+from signals.streams.redis_errors import is_whole_server
 from signals.streams.scripts import ServerScript
 from workers.engine.commit import BatchStats
 from workers.engine.counters import METRICS
 from workers.engine.events import text
-from workers.engine.faults import is_whole_server
 from workers.engine.lane_state import Pending
 from workers.engine.reconcile import CATCH_UP_ID
 

@@ -40,8 +40,8 @@ from signals.core.wire import MAX_VERSION, lane_owner_id, lane_scope
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
+from signals.streams.redis_errors import raise_whole_server
 from workers.engine.cache import TrackingCache
-from workers.engine.faults import raise_whole_server
 
 __all__ = ("LaneState", "Pending", "load_documents", "read_lanes")
 

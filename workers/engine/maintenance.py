@@ -22,7 +22,7 @@ from redis import exceptions as redis_exc
 
 from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
-from workers.engine.faults import is_whole_server
+from signals.streams.redis_errors import is_whole_server
 
 __all__ = ("id_after", "trim_write_streams")
 

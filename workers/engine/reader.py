@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from signals.errors import GroupMissingError
 from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
-from signals.streams.redis_errors import ReplyTooLargeError
+from signals.streams.redis_errors import ReplyTooLargeError, is_wrong_type, reply_code
 from signals.streams.scripts import ServerScript
 
 __all__ = ("GroupReader", "RawEntry")
@@ -62,9 +62,9 @@ class GroupReader:
             try:
                 await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
             except redis_exc.ResponseError as e:
-                if "WRONGTYPE" in str(e):  # left out of the reads (see readable)
+                if is_wrong_type(e):  # left out of the reads (see readable)
                     log.error("worker.partition_unreadable", stream=stream, error=str(e))  # noqa: TRY400
-                elif "BUSYGROUP" not in str(e):
+                elif reply_code(e) != "BUSYGROUP":
                     raise
 
     def stream_groups(self) -> list[list[str]]:
@@ -100,7 +100,7 @@ class GroupReader:
                 self.read_count = max(1, self.read_count // 4)
             raise
         except redis_exc.ResponseError as e:
-            if "NOGROUP" in str(e):
+            if reply_code(e) == "NOGROUP":
                 raise GroupMissingError(f"consumer group {GROUP} vanished: {e}") from e
             raise
         if not one:
@@ -136,7 +136,7 @@ class GroupReader:
                 if await self._leave(keys=[stream], args=[GROUP, self.name]) == 1:
                     left.append(stream)
             except redis_exc.ResponseError as e:
-                if "NOGROUP" in str(e) or "WRONGTYPE" in str(e):  # no group, or not a stream: nothing to leave
+                if reply_code(e) == "NOGROUP" or is_wrong_type(e):  # no group, or not a stream: nothing to leave
                     continue
                 refused.append(e)  # NOPERM above all: an ACL file that does not grant this command
         if refused:

@@ -41,6 +41,7 @@ from signals.errors import CorruptDataError, RedisUnavailableError, VerifyError,
 from signals.streams.backoff import full_jitter
 from signals.streams.client import Client
 from signals.streams.keys import Keys
+from signals.streams.redis_errors import is_wrong_type
 from signals.streams.replay import decode_entry, xrange_entries, xread_streams
 
 __all__ = ("PROBE_INTERVAL_S", "SignalWatch", "TooManyLanesError")
@@ -220,7 +221,7 @@ class SignalWatch:
                     reply = await xread_streams(self.redis, streams, count=self.count, block=self.block_ms)
                     attempt = 0
                 except redis_exc.ResponseError as e:
-                    if str(e).startswith("WRONGTYPE"):
+                    if is_wrong_type(e):
                         await self._park_bad(group)
                     else:  # refused (an ACL without XREAD on signal streams, say): said, and retried
                         attempt = await self._back_off(attempt, e, level="error")

@@ -57,9 +57,9 @@ from signals.core._time import now_iso
 from signals.core.codec import encode_json
 from signals.streams.client import Client
 from signals.streams.keys import GROUP, Keys
+from signals.streams.redis_errors import is_whole_server, is_wrong_type
 from signals.streams.scripts import ScriptsNotLoadedError, ensure_loaded, library_name
 from workers.engine.counters import METRICS, Layout, WorkerMetrics
-from workers.engine.faults import is_whole_server
 
 __all__ = ("READY_TEXT", "Board", "Monitor", "check_heartbeat", "heartbeat_instance",
            "liveness_bound", "ready_max_age")
@@ -301,7 +301,7 @@ class Monitor:
         for p, reply in enumerate(replies[:n]):
             group = _group(reply)
             if group is None:
-                code = code or (5 if "WRONGTYPE" in str(reply) else 4)
+                code = code or (5 if is_wrong_type(reply) else 4)
                 continue
             lag, pending = group.get("lag"), group.get("pending")
             if isinstance(lag, int):  # None when Redis cannot tell (entries deleted mid-stream): kept

@@ -30,6 +30,7 @@ from signals.errors import (
     VerifyError,
     WmSignalsError,
 )
+from signals.streams.redis_errors import is_wrong_type
 
 __all__ = ("EXIT_BAD_INPUT", "EXIT_BROKEN_PIPE", "EXIT_CONFLICT", "EXIT_ERROR", "EXIT_OK", "leaf", "report")
 
@@ -57,7 +58,7 @@ def _redis_error(error: redis_exc.RedisError, command: str | None = None) -> tup
     bad input like a corrupt document (exit 2), and so is a refused login (the credentials
     are a setting); a refusal by the ACL names the role the command needs; anything else is
     exit 1."""
-    if isinstance(error, redis_exc.ResponseError) and str(error).startswith("WRONGTYPE"):
+    if is_wrong_type(error):
         return f"corrupt data in Redis (a key holds the wrong type of value): {error}", EXIT_BAD_INPUT
     if isinstance(error, redis_exc.AuthenticationError):  # as open_client words it, from inside a task group too
         return f"Redis refused the login: {error} (check the URL's user and password)", EXIT_BAD_INPUT

@@ -6,7 +6,7 @@ every ``maintenance_interval_s``: reclaim entries idle past ``claim_idle_ms`` fr
 consumers (XAUTOCLAIM) and trim write streams below their oldest unacknowledged entry.
 
 Redis going away or refusing work (unreachable, out of memory under ``noeviction``,
-loading, a read-only replica; see :mod:`workers.engine.faults`): the reader backs off with full
+loading, a read-only replica; see :mod:`signals.streams.redis_errors`): the reader backs off with full
 jitter (0.05 s doubling to 2 s) and retries until ``reconnect_timeout_s`` has passed
 without success, then the worker exits non-zero; after a reconnect it re-processes its
 own pending entries first. A fault of one lane never reaches this level (see
@@ -43,12 +43,11 @@ from signals.errors import GroupMissingError, RedisUnavailableError
 from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.namespace import check_namespace
-from signals.streams.redis_errors import ReplyTooLargeError
+from signals.streams.redis_errors import ReplyTooLargeError, is_whole_server, is_wrong_type, reply_code
 from signals.streams.scripts import ensure_loaded, library_name
 from signals.tokenizers import token_counter
 from workers.engine.consumer import Consumer
 from workers.engine.counters import METRICS
-from workers.engine.faults import is_whole_server
 from workers.engine.maintenance import trim_write_streams
 from workers.engine.options import ConsumerOptions
 from workers.engine.reader import RawEntry
@@ -218,7 +217,7 @@ async def _read_loop(consumer: Consumer, streams: list[str], stop: anyio.Event, 
                 lost = True
                 METRICS.stalled.add(loop)  # wm_signals_up 0 until a read succeeds again
                 await _wait(backoff, e)
-            elif "WRONGTYPE" in str(e) or "UNBLOCKED" in str(e):  # a write stream retyped or deleted
+            elif is_wrong_type(e) or reply_code(e) == "UNBLOCKED":  # a write stream retyped or deleted
                 active, checked = await consumer.readable(streams), time.monotonic()
                 if not active:
                     await _wait(backoff, e)
