@@ -56,6 +56,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from signals.core.cachekey import cache_key
+from signals.core.fold import fold
 from signals.core.models import Attributes, Delivery, Mode, Reason, Signal
 from signals.core.processor import DEFAULT_MAX_DIFF_EDITS, apply_delta, decide
 from signals.core.render import chat_message, signal_markup
@@ -236,13 +237,8 @@ class WindowTracker:
     def rebuild(self, held_ids: set[str] | list[str]) -> str | None:
         """The working memory the model can rebuild: last held snapshot plus the deltas
         chained after it (a coalesced delta applied to the text at its base version)."""
-        chain = self._chain(self._held(held_ids))
-        if not chain:
-            return None
-        text = chain[0].contents
-        for inj in chain[1:]:
-            text = apply_delta(text, inj.contents, inj.attributes.patch)
-        return text
+        # strict: the tracker built this chain, so a link that does not rebuild is a defect to raise
+        return fold(self._chain(self._held(held_ids)), strict=True)
 
     def step(self, held_ids: set[str] | list[str]) -> StepResult:
         """Decide what to add to the window before the next model call.

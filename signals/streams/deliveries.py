@@ -41,10 +41,9 @@ from redis import exceptions as redis_exc
 
 from signals._log import get_logger
 from signals.core._time import now_iso
-from signals.core.cachekey import cache_key
 from signals.core.codec import FIELD, decode_delivery, encode_json
+from signals.core.fold import next_text
 from signals.core.models import Delivery
-from signals.core.processor import apply_delta
 from signals.core.window import MAX_RESUME_STEP, WINDOW_ID, StepResult
 from signals.core.wire import MAX_VERSION, lane_owner_id, lane_scope
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
@@ -304,24 +303,20 @@ def rebuild_texts(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dic
             first.setdefault((record.lane, record.window), record.version)
     for entry_id, record in records:
         if record.mode == "snapshot":
-            text = record.contents
+            prior = None
         elif (record.lane, base := _base(record)) in texts:
-            text = _apply(stream, entry_id, record, texts[record.lane, base])
+            prior = texts[record.lane, base]
         elif (where := (record.lane, record.window)) not in first or base < first[where]:
             continue
         else:
             raise _unknown_base(stream, entry_id, record)
-        _check_key(stream, entry_id, record, text)
+        try:  # strict: the log is evidence, a record that does not rebuild is corrupt
+            text = next_text(prior, record, strict=True)
+        except CorruptDataError as e:
+            raise CorruptDataError(f"delivery log {stream} entry {entry_id}: {e}") from e
         texts[record.lane, record.version] = text
         checked.add(entry_id)
     return texts, checked
-
-
-def _apply(stream: str, entry_id: str, record: Delivery, prior: str) -> str:
-    try:
-        return apply_delta(prior, record.contents, record.attributes.patch)
-    except (InvalidInputError, RecursionError) as e:
-        raise CorruptDataError(f"delivery log {stream} entry {entry_id}: delta does not apply: {e}") from e
 
 
 def decode_record(stream: str, thread_id: str, entry: RawEntry) -> Delivery:
@@ -364,8 +359,3 @@ def _check_record(where: str, thread_id: str, record: Delivery) -> None:
     except InvalidInputError as e:
         raise CorruptDataError(f"{where}: lane {record.lane[:80]!r} is not a lane id") from e
 
-
-def _check_key(stream: str, entry_id: str, record: Delivery, text: str) -> None:
-    if cache_key(record.attributes.format, text) != record.cache_key:
-        raise CorruptDataError(f"delivery log {stream} entry {entry_id}: the rebuilt text does not match "
-                               "its cacheKey")

@@ -11,9 +11,10 @@ Read-only: it never joins a consumer group and never writes. Nothing read is tru
   outside 1..2**53, inconsistent fields, or (given a :class:`~signals.core.signing.Signer`)
   a missing or wrong MAC. Replay and verification report such an entry; the live readers
   (:mod:`signals.streams.subscribe`) skip it and log a warning.
-* :func:`materialise` walks signals in order: a snapshot sets the text, a delta applies
-  to the text of the version it names (``baseVersion``, or the previous signal); each
-  rebuilt text must hash to the signal's cacheKey (:func:`text_problem`). The first failure raises
+* :func:`materialise` walks signals in order, folding strictly
+  (:func:`signals.core.fold.next_text`): a snapshot sets the text, a delta applies to the
+  text of the version it names (``baseVersion``, or the previous signal); each rebuilt
+  text must hash to the signal's cacheKey (:func:`text_problem`). The first failure raises
   :class:`~signals.errors.VerifyError` naming the entry.
 Checking the chain against the stored document is :mod:`signals.streams.verify`.
 """
@@ -27,13 +28,12 @@ from typing import Any, Final
 import msgspec
 from redis import exceptions as redis_exc
 
-from signals.core.cachekey import cache_key
 from signals.core.codec import FIELD, decode_signal
+from signals.core.fold import key_problem, next_text
 from signals.core.models import STATE_ID, TAG_NAME, Signal
-from signals.core.processor import apply_delta
 from signals.core.signing import MAC_FIELD, Signer
 from signals.core.wire import MAX_VERSION, lane_owner_id, lane_scope
-from signals.errors import CorruptDataError, HistoryTrimmedError, InvalidInputError, VerifyError
+from signals.errors import CorruptDataError, HistoryTrimmedError, VerifyError
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.redis_errors import is_wrong_type
@@ -42,6 +42,7 @@ __all__ = (
     "Materialised",
     "RawEntry",
     "decode_entry",
+    "fields_problem",
     "iter_signals",
     "materialise",
     "raw_command",
@@ -196,10 +197,15 @@ def _shape_problem(signal: Signal) -> str | None:
 
 def text_problem(signal: Signal, value: str) -> str | None:
     """What is wrong with ``signal`` given the text rebuilt after it (``None``: nothing):
-    the cacheKey must hash it, and ``value`` and ``delta``, when present, must repeat the
-    rebuilt text and the contents."""
-    if cache_key(signal.attributes.format, value) != signal.cache_key:
-        return "cacheKey does not match the rebuilt text"
+    the cacheKey must hash it (:func:`signals.core.fold.key_problem`), and
+    :func:`fields_problem`."""
+    return key_problem(signal, value) or fields_problem(signal, value)
+
+
+def fields_problem(signal: Signal, value: str) -> str | None:
+    """What is wrong with ``signal``'s own copies given the text rebuilt after it (``None``:
+    nothing): ``value`` and ``delta``, when present, must repeat the rebuilt text and the
+    contents."""
     if signal.value is not None and signal.value != value:
         return "value differs from the rebuilt text"
     if signal.mode == "delta" and signal.delta is not None and signal.delta != signal.contents:
@@ -326,8 +332,11 @@ def materialise(
         problem = signal_problem(signal, lane) or _chain_problem(previous, signal, verify=verify)
         if problem is not None:
             raise VerifyError(f"{where}: {problem}")
-        value = signal.contents if signal.mode == "snapshot" else _apply(where, text, signal)
-        problem = text_problem(signal, value) if verify else None
+        try:  # strict: the first link that does not rebuild ends the replay, naming it
+            value = next_text(text, signal, strict=True, check_key=verify)
+        except CorruptDataError as e:
+            raise VerifyError(f"{where}: {e}") from e
+        problem = fields_problem(signal, value) if verify else None
         if problem is not None:
             raise VerifyError(f"{where}: {problem}")
         previous, text = signal, value
@@ -347,11 +356,3 @@ def _chain_problem(previous: Signal | None, signal: Signal, *, verify: bool) -> 
         return f"writeVersion {this} does not increase (the previous signal's is {last})"
     return None
 
-
-def _apply(where: str, text: str | None, signal: Signal) -> str:
-    if text is None:
-        raise VerifyError(f"{where}: a delta with no snapshot before it")
-    try:
-        return apply_delta(text, signal.contents, signal.attributes.patch)
-    except (InvalidInputError, RecursionError) as e:
-        raise VerifyError(f"{where}: delta does not apply: {e}") from e

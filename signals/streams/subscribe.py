@@ -76,18 +76,18 @@ import anyio
 from redis import exceptions as redis_exc
 
 from signals._log import get_logger
+from signals.core.fold import Refused, next_text
 from signals.core.lane import is_stream_id
 from signals.core.models import Signal
-from signals.core.processor import apply_delta
 from signals.core.signing import Signer
-from signals.errors import CorruptDataError, InvalidInputError, RedisUnavailableError, VerifyError
+from signals.errors import CorruptDataError, RedisUnavailableError, VerifyError
 from signals.streams._chain_start import chain_start
 from signals.streams.backoff import Backoff
 from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.namespace import EPOCH_FIELD, NamespaceCheck, epoch_of, read_epoch
 from signals.streams.redis_errors import is_transient, is_wrong_type
-from signals.streams.replay import Materialised, RawEntry, decode_entry, text_problem, xrange_entries, xread_entries
+from signals.streams.replay import Materialised, RawEntry, decode_entry, fields_problem, xrange_entries, xread_entries
 from signals.streams.served import ServedCheck
 
 __all__ = ("Subscription",)
@@ -326,9 +326,7 @@ class Subscription:
             log.warning("subscribe.stale_entry", lane=self.lane, entry_id=entry_id, version=signal.version,
                         have=self.version)
             return None
-        if signal.mode == "snapshot":
-            value = signal.contents
-        else:
+        if signal.mode == "delta":
             if self.value is None:
                 self.refused += 1
                 log.warning("subscribe.delta_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
@@ -337,23 +335,27 @@ class Subscription:
             if signal.version != self.version + 1 or signal.base_version not in (None, self.version):
                 self._refuse_delta(entry_id, signal, f"applies to version {signal.base_version or signal.version - 1}")
                 return None
-            try:
-                value = apply_delta(self.value, signal.contents, signal.attributes.patch)
-            except (InvalidInputError, RecursionError) as e:
-                self._refuse_delta(entry_id, signal, f"does not apply: {e}")
-                return None
-        problem = text_problem(signal, value)
+        # lenient: a link that does not rebuild is refused and skipped, the subscription goes on
+        value = next_text(self.value, signal, strict=False)
+        if isinstance(value, Refused):
+            self._refuse(entry_id, signal, value.reason)
+            return None
+        problem = fields_problem(signal, value)
         if problem is not None:
-            if signal.mode == "delta":
-                self._refuse_delta(entry_id, signal, problem)
-            else:
-                self.refused += 1
-                log.warning("subscribe.entry_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
-                            problem=f"snapshot: {problem}")
+            self._refuse(entry_id, signal, problem)
             return None
         self.last_id, self.version, self.value, self._key = entry_id, signal.version, value, signal.cache_key
         self._held_id = entry_id
         return Materialised(entry_id, signal, value)
+
+    def _refuse(self, entry_id: str, signal: Signal, problem: str) -> None:
+        """Count and log a signal whose text does not verify; a delta also drops what is held."""
+        if signal.mode == "delta":
+            self._refuse_delta(entry_id, signal, problem)
+        else:
+            self.refused += 1
+            log.warning("subscribe.entry_refused", lane=self.lane, entry_id=entry_id, version=signal.version,
+                        problem=f"snapshot: {problem}")
 
     async def __aiter__(self) -> AsyncIterator[Materialised]:
         """Tail forever (until cancelled), reconnecting transparently."""
