@@ -283,7 +283,7 @@ async def test_subscribe_from_start_for_more_than_can_arrive_ends_at_its_timeout
     assert bad.returncode == 2 and b"--timeout takes a number of seconds" in bad.stderr
     for count in ("0", "-1", "many"):  # 0 tailed forever with no note, -1 printed one signal and exited 0
         bad = await anyio.run_process(_cli(url, keys, *base, "--count", count), cwd=ROOT, check=False)
-        assert bad.returncode == 2 and b"--count takes a number of signals of at least 1" in bad.stderr, count
+        assert bad.returncode == 2 and b"--count takes a number of signals (1 to" in bad.stderr, count
 
 
 

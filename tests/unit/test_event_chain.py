@@ -12,6 +12,7 @@ from workers.engine.commit import BatchStats, LaneCommit, event_chain, plan_lane
 from workers.engine.consumer import Consumer
 from workers.engine.lane_state import LaneState, Pending
 from workers.engine.options import ConsumerOptions
+from workers.engine.settle import settle
 
 LANE = "r:u"
 
@@ -93,7 +94,8 @@ async def _settle_bound() -> int:
     consumer = Consumer(redis, Keys("u", 4), ConsumerOptions(tracking_cache=1), "c")
     # paths of lanes this worker never commits
     consumer._links.known.update({"r:a": {"1-1": "1-0"}, "r:b": {"1-2": "1-1"}})
-    consumer._settle(LaneCommit("r:c", LaneState(), []), ["ok", "1-9"], BatchStats(), {})
+    settle(LaneCommit("r:c", LaneState(), []), ["ok", "1-9"], BatchStats(), {}, cache=consumer._cache,
+           links=consumer._links)
     await redis.aclose()
     return len(consumer._links.known)
 

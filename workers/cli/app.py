@@ -29,6 +29,7 @@ from signals.errors import InvalidInputError
 from workers.cli.args import read_text
 from workers.cli.commands import demo as demo_commands
 from workers.cli.commands import deploy as deploy_commands
+from workers.cli.commands import export as export_commands
 from workers.cli.commands import mcp as mcp_commands
 from workers.cli.commands import memory as commands
 from workers.cli.commands import replay as replay_commands
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_commands.register(sub)
     commands.register(sub)
     replay_commands.register(sub)
+    export_commands.register(sub)
     status_commands.register(sub)
     deploy_commands.register(sub)
     mcp_commands.register(sub)

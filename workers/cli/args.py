@@ -24,7 +24,7 @@ from workers.runtime.stdio import stdin_closed
 
 __all__ = (
     "MAX_INPUT_BYTES", "Handler", "add_common_args", "add_durability_args", "add_lane_args", "add_sentinel_args",
-    "lane_scope", "read_text", "run_async", "settings_from",
+    "int_flag", "lane_scope", "read_text", "run_async", "settings_from",
 )
 
 Handler = Callable[[argparse.Namespace], int]
@@ -156,3 +156,15 @@ def add_durability_args(parser: argparse.ArgumentParser) -> None:
                              "default: $WM_SIGNALS_WRITE_MIN_REPLICAS, else 0: the master's word)")
     parser.add_argument("--replica-timeout-ms", dest="write_replica_timeout_ms", type=int, metavar="MS",
                         help="how long to wait for them (default: $WM_SIGNALS_WRITE_REPLICA_TIMEOUT_MS, else 1000)")
+
+
+def int_flag(flag: str, what: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type for ``flag``: a whole number from ``low`` to ``high`` (ASCII digits
+    only), refused as ``--FLAG takes WHAT (LOW to HIGH), not 'TEXT'``."""
+    def parse(text: str) -> int:
+        digits = text[1:] if text.startswith("-") else text
+        value = int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 19 else None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{flag} takes {what} ({low:,} to {high:,}), not {text[:40]!r}")
+        return value
+    return parse

@@ -32,7 +32,6 @@ import anyio
 import anyio.abc
 import msgspec
 import structlog
-from redis import exceptions as redis_exc
 
 from signals.core._time import now_iso
 from signals.core.codec import FIELD, encode_json
@@ -46,7 +45,7 @@ from signals.streams.scripts import ServerScript
 from workers.engine import chunking
 from workers.engine.cache import TrackingCache
 from workers.engine.chains import ChainLinks, walk_chains
-from workers.engine.commit import BatchStats, LaneCommit, plan_lane, plan_steady, steady_check, steady_document, uncount
+from workers.engine.commit import BatchStats, LaneCommit, plan_lane, plan_steady, steady_check, steady_document
 from workers.engine.commit_call import run_commits
 from workers.engine.compaction import Compactor
 from workers.engine.counters import METRICS
@@ -54,8 +53,10 @@ from workers.engine.dead_letters import DeadLetters
 from workers.engine.events import REQUEUED_FIELD, EventDecoder, printable, text
 from workers.engine.lane_state import LaneState, Pending, load_documents, read_lanes
 from workers.engine.options import ConsumerOptions
-from workers.engine.reader import GroupReader, RawEntry
-from workers.engine.reconcile import Scanner, catch_up_entry
+from workers.engine.reader import RawEntry
+from workers.engine.reconcile import Scanner
+from workers.engine.recovery import Recovery
+from workers.engine.settle import settle
 
 __all__ = ("BatchStats", "Consumer")
 
@@ -74,7 +75,7 @@ class _Prefetch:
     entries: list[RawEntry] | None = None
 
 
-class Consumer(GroupReader):
+class Consumer(Recovery):
     """One worker's consumer over every partition of a namespace: it reads as a
     :class:`~workers.engine.reader.GroupReader` and processes what it reads."""
 
@@ -100,135 +101,6 @@ class Consumer(GroupReader):
         #: bound): the read loop then drains this consumer's pending entries.
         self.drain_needed = False
         self._scanner: Scanner | None = None
-
-    async def drain_pending(self, streams: list[str] | None = None) -> BatchStats:
-        """Process this consumer's own pending entries once (after a restart or reconnect,
-        or after a read whose reply was over the client's ``max_reply_bytes``).
-
-        A reply over the bound is read again in smaller reads (see ``read_count``); an
-        entry over it alone (a writer's 100 MB XADD) is dead-lettered by its id, unread:
-        what a writer puts in a write stream never costs the process more memory than the
-        bound, and never stops it.
-        """
-        total = BatchStats()
-        cursors: dict[str, str] = dict.fromkeys(streams or self.keys.all_writes(), "0")
-        while cursors:
-            before = self.read_count
-            try:
-                raw = await self.read_batch(cursors=cursors)
-            except ReplyTooLargeError as e:
-                if before > 1:  # read again, in smaller reads
-                    continue
-                for stream in list(cursors):  # one entry per stream is still too much: a stream at a time
-                    cursors[stream] = await self._drain_alone(stream, cursors[stream], total, e)
-                cursors = {stream: cursor for stream, cursor in cursors.items() if cursor}
-                continue
-            seen = {stream: entry_id for stream, entry_id, _ in raw}
-            cursors = {stream: seen[stream] for stream in cursors if stream in seen}
-            if raw:
-                total.add(await self.process(raw))
-        return total
-
-    async def _drain_alone(self, stream: str, cursor: str, total: BatchStats, error: ReplyTooLargeError) -> str:
-        """Read ``stream``'s next pending entry after ``cursor`` alone; one over the bound
-        is dead-lettered by its id, unread. Returns the new cursor ('' when none is left)."""
-        try:
-            raw = await self.read_batch(cursors={stream: cursor}, one=True)
-        except ReplyTooLargeError as e:  # that one entry, the first pending after the cursor
-            entry_id = await self.next_pending(stream, cursor)
-            if entry_id is None:
-                return ""
-            total.dead_letters += await self._oversized(stream, entry_id, e)
-            return entry_id
-        if not raw:
-            return ""
-        total.add(await self.process(raw))
-        return raw[-1][1]
-
-    async def _oversized(self, stream: str, entry_id: str, error: ReplyTooLargeError) -> int:
-        """Dead-letter a write-stream entry that could not be read (its reply was over the
-        bound); its fields are not kept (they were never read)."""
-        return int(await self._dead.send(self._stream_partition[stream], entry_id, {},
-                                         f"poison: the entry is {text(error)}", 1))
-
-    async def reclaim(self) -> BatchStats:
-        """XAUTOCLAIM entries idle longer than ``claim_idle_ms`` from any consumer, and process them.
-
-        The claim takes ids only (``JUSTID``), and the entries are read by id within the
-        client's reply bound (see :meth:`_read_ids`): a dead consumer's pending entry of
-        any size is dead-lettered, not read whole by every worker that claims it."""
-        total = BatchStats()
-        lost: list[str] = []
-        for stream in await self.readable(self.keys.all_writes()):
-            try:
-                await self._reclaim_stream(stream, total)
-            except redis_exc.ResponseError as e:
-                if "NOGROUP" not in str(e):
-                    raise
-                lost.append(stream)  # the group (or the stream) was destroyed under us
-        if lost:
-            log.warning("worker.group_recreated", streams=lost, note="the consumer group was lost: created again")
-            await self.ensure_groups()
-        return total
-
-    async def _reclaim_stream(self, stream: str, total: BatchStats) -> None:
-        """Claim and process ``stream``'s entries idle past ``claim_idle_ms`` (NOGROUP: the caller's)."""
-        start = "0-0"
-        while True:
-            reply = await self._claim(keys=[stream], args=[GROUP, self.name, self.options.claim_idle_ms, start,
-                                                           self.options.batch])
-            start, claimed = str(reply[0]), [str(entry_id) for entry_id in reply[1]]
-            if claimed:
-                log.info("worker.reclaimed", stream=stream, count=len(claimed))
-                METRICS.add("reclaimed_entries", len(claimed))
-                await self._process_ids(stream, claimed, total)
-            if start in ("0-0", "0"):
-                break
-
-    async def reconcile(self) -> BatchStats:
-        """Signal lanes whose document is ahead of their signals and whose write event is
-        gone from the write stream (trimmed by a role that may append: see
-        :mod:`workers.engine.reconcile`), a page of each partition's lanes per call, through the
-        commit path: a catch-up of each document, compare-and-set on its tracking."""
-        if self._scanner is None:
-            partitions = [p for p in range(self.keys.partitions) if p % self.shard[1] == self.shard[0]]
-            self._scanner = Scanner(self.redis, self.keys, partitions)
-        orphans = await self._scanner.next_page()
-        if not orphans:
-            return BatchStats()
-        entries = [await catch_up_entry(self.redis, self.keys, orphan) for orphan in orphans]
-        log.warning("worker.lanes_reconciled", lanes=[o.lane for o in orphans][:20], count=len(orphans),
-                    note="document ahead of its signals with its write event gone from the stream")
-        METRICS.add("reconciled_lanes", len(orphans))
-        stats = BatchStats()
-        await self._passes(entries, stats, None)
-        self.stats.add(stats)
-        left = await self._scanner.still_orphaned(orphans)
-        if left:  # a fault of the lane: not tried again until its document moves
-            log.warning("worker.reconcile_failed", lanes=[o.lane for o in left][:20], count=len(left))
-            self._scanner.skip(left)
-        return stats
-
-    async def _process_ids(self, stream: str, ids: list[str], total: BatchStats) -> None:
-        """Read the entries of ``stream`` with these ids (fields ``None``: deleted) and
-        process them, in halves while the reads are over the bound (each half processed as
-        soon as it is read, so that no more than one bounded read is held at a time); one
-        alone over it is dead-lettered."""
-        try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for entry_id in ids:
-                    pipe.xrange(stream, entry_id, entry_id)
-                replies = await pipe.execute()
-        except ReplyTooLargeError as e:
-            if len(ids) == 1:
-                total.dead_letters += await self._oversized(stream, ids[0], e)
-                return
-            half = len(ids) // 2
-            await self._process_ids(stream, ids[:half], total)
-            await self._process_ids(stream, ids[half:], total)
-            return
-        total.add(await self.process([(stream, entry_id, found[0][1] if found else None)
-                                      for entry_id, found in zip(ids, replies, strict=True)]))
 
     async def process_and_read(self, raw: list[RawEntry], streams: list[str] | None) -> list[RawEntry]:
         """Process entries, and read what waits next on ``streams`` in the same round trip.
@@ -505,7 +377,7 @@ class Consumer(GroupReader):
                 retry += await self._commit_one_by_one(partition, commits, stats, force, result)
                 continue
             for c, status in zip(commits, result, strict=True):
-                retry += self._settle(c, status, stats, force)
+                retry += settle(c, status, stats, force, cache=self._cache, links=self._links)
         return retry
 
     async def _commit_one_by_one(
@@ -521,35 +393,8 @@ class Consumer(GroupReader):
                 for entry in c.entries:
                     await self._dead.failed(entry, result, stats)
             else:
-                retry += self._settle(c, result[0], stats, force)
+                retry += settle(c, result[0], stats, force, cache=self._cache, links=self._links)
         return retry
-
-    def _settle(self, c: LaneCommit, status: list[str], stats: BatchStats, force: dict[str, str]) -> list[Pending]:
-        """Apply one lane's commit status; returns its entries when it must be recomputed."""
-        if status[0] == "okc":  # counted: entries not pending any more were processed (and counted) elsewhere
-            uncount(c.stats, len(c.acks) - int(status[1]))
-            status = ["ok", *status[2:]]
-        if status[0] == "ok":
-            stats.add(c.stats)
-            METRICS.committed(c.entries, time.time())
-            self._cache.remember(c.lane, msgspec.structs.replace(c.final, tail=status[1]))
-            self._links.committed(c.lane, c.entries, status[2:])
-            return []
-        if status[0] == "unverified":  # the steady-state guess was wrong: plan it from its document
-            stats.unverified += 1
-            force[c.lane] = status[0]
-            return c.entries
-        self._cache.forget(c.lane)
-        if status[0] == "conflict":
-            stats.conflicts += 1
-        elif status[0] == "adopted":  # signals of a half-done commit became its tracking: planned anew
-            log.warning("worker.tracking_repaired", lane=c.lane,
-                        note="signals appended without their tracking (a commit failed after its first write)")
-        else:  # "resnap" or "type": the lane's own keys are not what the tracking says
-            force[c.lane] = status[0]
-            log.warning("worker.lane_check_failed", lane=c.lane, status=status[0], detail=status[1:])
-        return c.entries
-
 
 _Careful = tuple[str, list[Pending]]
 _Steady = tuple[str, list[Pending], LaneTracking, LaneDocument]

@@ -12,7 +12,7 @@ import importlib.util
 from typing import Any
 
 from signals.errors import InvalidInputError, MissingDependencyError
-from workers.cli.args import add_common_args, add_durability_args, read_text, run_async, settings_from
+from workers.cli.args import add_common_args, add_durability_args, int_flag, read_text, run_async, settings_from
 from workers.runtime.connect import open_client
 from workers.runtime.logging import configure_logging
 
@@ -59,24 +59,6 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return run_async(main)
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"--port takes a TCP port (1-65535), not {text!r}")
-    return value
-
-
-def _max_bytes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--max-bytes takes a positive number of bytes, not {text!r}")
-    return value
 
 
 def register(sub: Any) -> None:
@@ -88,12 +70,14 @@ def register(sub: Any) -> None:
                      help="stdio: one resource, for a desktop client (default); http: streamable HTTP, a bearer "
                           "token per resource")
     mcp.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="HTTP address (default 127.0.0.1)")
-    mcp.add_argument("--port", type=_port, default=8808, help="HTTP port (default 8808)")
+    mcp.add_argument("--port", type=int_flag("--port", "a TCP port", 1, 65535), default=8808,
+                     help="HTTP port (default 8808)")
     mcp.add_argument("--resource", help="stdio: the resource (user) id served")
     mcp.add_argument("--thread", help="stdio: the thread the tools address when they name none")
     mcp.add_argument("--tokens-file", metavar="PATH",
                      help="http: JSON object, bearer token (or sha256:<hex> of it) -> resource id")
     mcp.add_argument("--schema", metavar="PATH",
                      help="JSON Schema file: working memory is JSON, merged and validated (default: Markdown)")
-    mcp.add_argument("--max-bytes", type=_max_bytes, metavar="N", help="largest document accepted (default 65536)")
+    mcp.add_argument("--max-bytes", type=int_flag("--max-bytes", "a number of bytes", 1, 1 << 31), metavar="N",
+                     help="largest document accepted (default 65536)")
     mcp.set_defaults(handler=_cmd_mcp)

@@ -30,6 +30,7 @@ from workers.cli.args import (
     add_common_args,
     add_durability_args,
     add_lane_args,
+    int_flag,
     lane_scope,
     read_text,
     run_async,
@@ -226,15 +227,6 @@ def _timeout(text: str) -> float:
     return value
 
 
-def _count(text: str) -> int:
-    """``subscribe --count``: a number of signals, at least 1 (0 tailed forever, -1 printed one)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--count takes a number of signals of at least 1, not {text!r}")
-    return value
 
 
 def register(sub: Any) -> None:
@@ -246,7 +238,7 @@ def register(sub: Any) -> None:
     subscribe.add_argument("--from-start", action="store_true",
                            help="begin at the oldest retained snapshot (the workers keep at least retain_signals "
                                 "signals per lane, trimmed at snapshot boundaries), not the latest one")
-    subscribe.add_argument("--count", type=_count,
+    subscribe.add_argument("--count", type=int_flag("--count", "a number of signals", 1, 10**9),
                            help="exit after N signals (a note on stderr says when the retained ones are delivered "
                                 "and it waits for new writes)")
     subscribe.add_argument("--timeout", type=_timeout, metavar="SECONDS",

@@ -1,4 +1,4 @@
-"""``replay`` and ``export``: a lane's signals in order, rebuilt, verified, written to a file.
+"""``replay``: a lane's signals in order, rebuilt and verified, or a thread's deliveries.
 
 ``replay`` never joins a consumer group and never writes; with ``--file`` it works on an
 ``export`` file with no Redis at all (the format: :mod:`signals.streams.export`).
@@ -12,25 +12,23 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from redis import exceptions as redis_exc
 from rich.console import Console
 from rich.progress import Progress
 
 from signals.core.diff import unified_patch
 from signals.core.models import Delivery, Signal
 from signals.core.retention import Retention
-from signals.core.signing import MAC_FIELD, Signer
+from signals.core.signing import MAC_FIELD
 from signals.core.tokens import approx_tokens
-from signals.core.wire import parse_version
-from signals.errors import CorruptDataError, InvalidInputError, VerifyError
+from signals.errors import InvalidInputError, VerifyError
 from signals.streams.deliveries import DeliveryLog, LogIntegrity
-from signals.streams.export import decode_export, encode_export, read_export, write_export
-from signals.streams.keys import Keys, lane_id
-from signals.streams.progress import lane_progress
-from signals.streams.replay import Materialised, materialise, read_signals, trimmed_before
+from signals.streams.export import decode_export, read_export
+from signals.streams.keys import lane_id
+from signals.streams.replay import Materialised, materialise, trimmed_before
 from signals.streams.verify import DocumentState, check_document, read_verifiable
 from workers.cli.args import add_common_args, add_lane_args, lane_scope, run_async, settings_from
 from workers.cli.display import OutputConsole, body, field, json_line, literal, signal_record
+from workers.cli.lane_reads import NO_SIGNALS_HINT, compacted_version, load_lane, processed_version
 from workers.runtime.connect import open_client
 from workers.runtime.stdio import stdin_closed
 
@@ -38,8 +36,6 @@ __all__ = ("register",)
 
 _console = OutputConsole(highlight=False, soft_wrap=True)
 
-#: Why a lane read from Redis may hold no signal: ``replay`` and ``export`` say the same.
-_NO_SIGNALS_HINT = "no worker has processed its writes yet, or check --namespace, --scope and the ids"
 
 
 def _bound(value: str | None) -> tuple[str, int | datetime] | None:
@@ -151,7 +147,7 @@ def _show(args: argparse.Namespace, signals: list[tuple[str, Signal]], deliverie
         return 0
     if not signals:
         raise InvalidInputError(f"no signals in {_file_name(args.file)}" if args.file else
-                                f"no signals retained for that lane ({_NO_SIGNALS_HINT})")
+                                f"no signals retained for that lane ({NO_SIGNALS_HINT})")
     low, high = _bound(args.from_), _bound(args.to)
     if args.at_write is not None:  # a document version: the signal that shows it
         args.at = _signal_for_write(signals, args.at_write, getattr(args, "processed", None))
@@ -318,18 +314,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 deliveries: list[Delivery] = []
                 unchecked = signer is None and await _signed(redis, settings.keys().signals(lane))
             else:
-                signals, deliveries = await _load(redis, settings.keys(), args, signer=signer)
+                signals, deliveries = await load_lane(redis, settings.keys(), args, signer=signer)
                 unchecked = False
                 if args.deliveries:
                     log = DeliveryLog(redis, settings.keys(), key=signer.key if signer else None,
                                       verify_keys=signer.verify_keys if signer else ())
                     integrity = await log.integrity(args.thread)
             if args.at_write is not None:  # how far the workers processed the lane's writes
-                args.processed = await _processed(redis, settings.keys(), lane_id(lane_scope(args), args.resource,
-                                                                                   args.thread))
+                lane = lane_id(lane_scope(args), args.resource, args.thread)
+                args.processed = await processed_version(redis, settings.keys(), lane)
             compacted = None
             if signals:
-                compacted = await _compacted_version(redis, settings.keys(), signals[0][1].lane)
+                compacted = await compacted_version(redis, settings.keys(), signals[0][1].lane)
         if args.deliveries and not deliveries and integrity is not None and integrity.tampered:
             return _report_integrity(args.thread, integrity)  # emptied, not never written
         code = _show(args, signals, deliveries, truth, Retention.of(settings.retain_signals, settings.retain_age),
@@ -337,30 +333,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return _report_integrity(args.thread, integrity) or code
 
     return run_async(main)
-
-
-async def _processed(redis: Any, keys: Any, lane: str) -> int | None:
-    """The document version the workers processed the lane up to (``None``: unreadable, or a
-    Redis user that may not read the workers' tracking)."""
-    try:
-        [progress] = await lane_progress(redis, keys, [lane])
-    except redis_exc.ResponseError:
-        return None
-    return None if isinstance(progress, CorruptDataError) else progress[1]
-
-
-async def _compacted_version(redis: Any, keys: Keys, lane: str) -> int | None:
-    """The version a compaction left the lane's history starting at (its tracking's ``cv``),
-    or ``None``: never compacted, not readable (a reader's ACL user has no access to the
-    tracking), or not a version."""
-    try:
-        raw = await redis.hget(keys.track(lane), "cv")
-    except redis_exc.ResponseError:
-        return None
-    try:
-        return parse_version(raw, "cv") if raw is not None else None
-    except CorruptDataError:
-        return None
 
 
 def _report_integrity(thread: str, integrity: LogIntegrity | None) -> int:
@@ -390,54 +362,8 @@ async def _signed(redis: Any, stream: str) -> bool:
     return False
 
 
-async def _load(redis: Any, keys: Keys, args: argparse.Namespace,
-                signer: Signer | None = None) -> tuple[list[tuple[str, Signal]], list[Delivery]]:
-    deliveries: list[Delivery] = []
-    if getattr(args, "deliveries", False):
-        if not args.thread:
-            raise InvalidInputError("--deliveries needs --thread")
-        deliveries = await DeliveryLog(redis, keys).read(args.thread)
-    elif args.command == "export" and args.thread and not args.no_deliveries:
-        try:
-            deliveries = await DeliveryLog(redis, keys).read(args.thread)
-        except CorruptDataError as e:  # any agent user may append to any thread's log
-            raise CorruptDataError(f"{e}; no file was written (--no-deliveries exports the lane's signals "
-                                   "without the thread's delivery log)") from e
-    signals: list[tuple[str, Signal]] = []
-    if not getattr(args, "deliveries", False):
-        lane = lane_id(lane_scope(args), args.resource, args.thread)
-        signals = await read_signals(redis, keys, lane, signer=signer)
-    return signals, deliveries
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-
-    loaded: list[Any] = []
-
-    async def main() -> int:
-        async with open_client(settings) as redis:
-            loaded.extend(await _load(redis, settings.keys(), args))
-        return 0
-
-    run_async(main)
-    signals, deliveries = loaded
-    if not signals and not deliveries:  # as replay: no file, not an empty one that looks like an export
-        raise InvalidInputError("nothing to export: no signals retained for that lane and no deliveries "
-                                f"({_NO_SIGNALS_HINT}); no file was written")
-    try:
-        if args.output == "-":  # standard output (replay --file - reads standard input)
-            sys.stdout.write(encode_export(signals, deliveries))
-            return 0
-        write_export(args.output, signals, deliveries)
-    except OSError as e:
-        raise InvalidInputError(f"--output {args.output}: {e}") from e
-    print(f"exported {len(signals)} signals and {len(deliveries)} deliveries to {args.output}")
-    return 0
-
-
 def register(sub: Any) -> None:
-    """Add replay and export to the CLI."""
+    """Add replay to the CLI."""
     replay = sub.add_parser("replay", help="a lane's signals in order, rebuilt and (optionally) verified")
     add_common_args(replay)
     add_lane_args(replay)
@@ -456,11 +382,3 @@ def register(sub: Any) -> None:
     replay.add_argument("--to", metavar="VERSION|TIME", help="last signal version or ISO time to show")
     replay.add_argument("--json", action="store_true", help="JSON lines")
     replay.set_defaults(handler=_cmd_replay)
-
-    export = sub.add_parser("export", help="write a lane's signals (and a thread's deliveries) to a JSON lines file")
-    add_common_args(export)
-    add_lane_args(export)
-    export.add_argument("--output", "-o", required=True, help="output file ('-': standard output)")
-    export.add_argument("--no-deliveries", action="store_true",
-                        help="leave the thread's delivery log out (the lane's signals only)")
-    export.set_defaults(handler=_cmd_export, deliveries=False)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from rich.table import Table
@@ -16,7 +15,7 @@ from rich.table import Table
 from signals.errors import InvalidInputError
 from signals.streams.deadletters import DeadLetterEntry, DeadLetters
 from signals.streams.status import SCAN_LANES, inspect, shown_name
-from workers.cli.args import add_common_args, run_async, settings_from
+from workers.cli.args import add_common_args, int_flag, run_async, settings_from
 from workers.cli.display import OutputConsole, field, json_line, literal
 from workers.runtime.connect import open_client
 
@@ -28,22 +27,6 @@ _console = OutputConsole(highlight=False, soft_wrap=True)
 DLQ_LISTED = 1000
 
 
-def _lanes_count(flag: str, least: int) -> Callable[[str], int]:
-    """``inspect --top``/``--scan``: a number of lanes from ``least`` to 999,999,999 (-1
-    listed every lane but one)."""
-    def parse(text: str) -> int:
-        if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < least:
-            raise argparse.ArgumentTypeError(f"{flag} takes a number of lanes from {least} to 999,999,999, "
-                                             f"not {text[:40]!r}")
-        return int(text)
-    return parse
-
-
-def _partition(text: str) -> int:
-    """``dlq --partition``: a partition number (its range is checked against the namespace's count)."""
-    if not (text.isascii() and text.isdigit()) or len(text) > 4:
-        raise argparse.ArgumentTypeError(f"--partition takes a partition number, not {text[:40]!r}")
-    return int(text)
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -181,8 +164,9 @@ def register(sub: Any) -> None:
     """Add inspect and dlq to the CLI."""
     insp = sub.add_parser("inspect", help="partitions, consumer groups, pending, lag, dead letters, busiest lanes")
     add_common_args(insp)
-    insp.add_argument("--top", type=_lanes_count("--top", 0), default=10, help="how many busiest lanes to list")
-    insp.add_argument("--scan", type=_lanes_count("--scan", 1), default=SCAN_LANES,
+    insp.add_argument("--top", type=int_flag("--top", "a number of lanes", 0, 999_999_999), default=10,
+                      help="how many busiest lanes to list")
+    insp.add_argument("--scan", type=int_flag("--scan", "a number of lanes", 1, 999_999_999), default=SCAN_LANES,
                       help=f"lanes read per partition for the lag, bad and busiest lanes (default {SCAN_LANES:,}; "
                            "a partition with more says its figures are partial)")
     insp.add_argument("--json", action="store_true")
@@ -192,7 +176,7 @@ def register(sub: Any) -> None:
     add_common_args(dlq)
     dlq.add_argument("action", choices=("list", "show", "requeue", "drop"))
     dlq.add_argument("id", nargs="?", help="dead-letter entry id")
-    dlq.add_argument("--partition", type=_partition, default=None,
+    dlq.add_argument("--partition", type=int_flag("--partition", "a partition number", 0, 4095), default=None,
                      help="the dead letter's partition (needed when several partitions hold the id)")
     dlq.add_argument("--json", action="store_true", help="list: one JSON object (deadLetters, notListed)")
     dlq.set_defaults(handler=_cmd_dlq)

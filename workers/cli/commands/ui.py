@@ -16,7 +16,7 @@ from typing import Any
 from signals.core.retention import Retention
 from signals.core.signing import Signer
 from signals.errors import InvalidInputError
-from workers.cli.args import add_common_args, run_async, settings_from
+from workers.cli.args import add_common_args, int_flag, run_async, settings_from
 from workers.runtime.connect import open_client
 
 __all__ = ("register",)
@@ -56,7 +56,8 @@ def register(sub: Any) -> None:
     add_common_args(ui)
     ui.add_argument("--host", default="127.0.0.1",
                     help="address to bind (default 127.0.0.1; any other needs a token)")
-    ui.add_argument("--port", type=int, default=8765, help="TCP port (default 8765)")
+    ui.add_argument("--port", type=int_flag("--port", "a TCP port", 1, 65535), default=8765,
+                    help="TCP port (default 8765)")
     ui.add_argument("--token", help=f"access token (default: ${TOKEN_VARIABLE}); required on a non-loopback bind")
     ui.add_argument("--operator", action="store_true",
                     help="serve the dead-letter requeue and drop (with a confirmation); default read-only")
