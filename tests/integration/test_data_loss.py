@@ -36,6 +36,7 @@ from signals.streams.client import connect
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import Keys, lane_id
 from signals.streams.namespace import read_epoch
+from signals.streams.scripts import ensure_loaded
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.subscribe import Subscription
 from tests.integration.helpers import running_workers, wait_caught_up
@@ -249,6 +250,7 @@ async def test_every_role_reads_the_epoch_and_writers_and_workers_record_it(tmp_
         admin = connect(f"redis://admin:{admin_password}@127.0.0.1:{server.port}/0")
         clients = {role: connect(url(role)) for role in ("writer", "reader", "agent", "operator")}
         try:
+            await ensure_loaded(clients["operator"])  # the project's functions: loaded by an operator or a worker
             await WorkingMemoryStore(clients["writer"], keys=keys).replace("u", _doc(1))
             epoch = await read_epoch(clients["reader"], keys)
             assert epoch is not None
@@ -317,13 +319,12 @@ async def test_the_subscribe_command_says_when_it_follows_a_lane_again(keys: Key
                    "--timeout", "60", "--json"]
         async with await anyio.open_process(command, env=env) as proc:
             assert proc.stdout is not None and proc.stderr is not None
-            err = b""
-            with anyio.fail_after(30):  # it printed v1 and v2, then its note that it waits
-                while b"\n" not in err:
-                    err += await proc.stderr.receive()
+            err, out = b"", b""
+            with anyio.fail_after(30):  # it printed v1 and v2 (stderr may hold notes before them)
+                while out.count(b"\n") < 2:
+                    out += await proc.stdout.receive()
             await redis.flushall()
             await _write(server.url, redis, keys, [_doc(1, "new")])
-            out = b""
             with anyio.fail_after(60):
                 async for chunk in proc.stdout:
                     out += chunk
