@@ -102,7 +102,7 @@ def _spawn_worker(connection: list[str], keys: Keys) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "workers", "worker", *connection, "--namespace", keys.namespace,
             "--partitions", str(keys.partitions), "--consumer-name", "ha-w1"]
     env = {**os.environ, "WM_SIGNALS_MAINTENANCE_INTERVAL_S": "0.2", "WM_SIGNALS_CLAIM_IDLE_MS": "500",
-           "WM_SIGNALS_KEEP_SNAPSHOTS": "1000", "WM_SIGNALS_LOG_LEVEL": "info", "WM_SIGNALS_LOG_FORMAT": "json"}
+           "WM_SIGNALS_RETAIN_SIGNALS": "100000", "WM_SIGNALS_LOG_LEVEL": "info", "WM_SIGNALS_LOG_FORMAT": "json"}
     log = tempfile.NamedTemporaryFile(prefix="wm-failover-worker-", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
     log.close()
