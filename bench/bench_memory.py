@@ -48,6 +48,7 @@ from signals.core.memory import WorkingMemoryConfig, apply_merge, apply_replace
 from signals.core.retention import DEFAULT_RETAIN_SIGNALS
 from signals.streams.client import Client, connect, queue_script
 from signals.streams.keys import GROUP, Keys
+from signals.streams.scripts import ensure_loaded
 from signals.streams.store import LaneRef, WorkingMemoryStore
 from workers.engine.compaction import Compactor
 from workers.runtime import connect as runtime
@@ -114,6 +115,7 @@ async def _write_all(url: str, keys: Keys, users: int, seed: int, part: int = 0,
     md = WorkingMemoryStore(connect(url), keys=keys)
     js = WorkingMemoryStore(md.redis, keys=keys, config=WorkingMemoryConfig(scope="thread", schema={"type": "object"}))
     await md._check_namespace()
+    await ensure_loaded(md.redis)  # the project's functions, as a worker or an operator loads them
     work: list[tuple[int, list[str], list[dict[str, Any]]]] = []
     for user in range(part, users, parts):
         rng = random.Random(seed * 1_000_003 + user)

@@ -6,8 +6,9 @@ On a fresh private redis-server, L lanes each take one write per round (R rounds
 warm-up that fills the document chains and the tracking cache), and a
 :class:`~workers.engine.consumer.Consumer` processes each round in batches, as a worker does.
 Writing and processing take turns, so ``INFO commandstats`` read around each phase
-separates the two scripts (both sent as ``EVALSHA``, as the store and the worker send
-them). Printed, per write and per committed lane, the microseconds of Redis CPU of:
+separates the two scripts (both sent as ``FCALL`` of the project's functions, ``EVALSHA``
+on Redis 6.2, as the store and the worker send them). Printed, per write and per committed
+lane, the microseconds of Redis CPU of:
 
 - the write script, beside a plain ``XADD`` of the same event plus an ``HSET`` of the same
   document fields (what a write needs with no check, no chain, no index);
@@ -37,6 +38,7 @@ from bench.bench_latency import BODY
 from signals.core.codec import FIELD
 from signals.streams.client import Client, connect
 from signals.streams.keys import Keys
+from signals.streams.scripts import ensure_loaded, server_mode
 from signals.streams.store import WorkingMemoryStore
 from workers.engine.consumer import Consumer
 from workers.engine.options import ConsumerOptions
@@ -60,7 +62,9 @@ async def _measure(url: str, lanes: int, rounds: int, batch: int) -> dict[str, f
     await consumer.ensure_groups()
     refs = [store.ref(f"user{i}") for i in range(lanes)]
     versions = [0] * lanes
-    sha = await redis.script_load(store.write_script.script.script)
+    await ensure_loaded(redis)  # the project's functions (scripts on 6.2), as a worker loads them
+    called = "fcall" if await server_mode(redis) == "function" else "evalsha"
+    write = store.write_script.script
 
     async def write_round(k: int) -> None:
         async with redis.pipeline(transaction=False) as pipe:
@@ -68,7 +72,7 @@ async def _measure(url: str, lanes: int, rounds: int, batch: int) -> dict[str, f
                 script_keys = store.write_script.keys_for(ref, "", None)
                 args = store.write_script.args(ref, versions[i], f"# Profile\n{BODY}\n- round: {k}",
                                           op="replace", owner="", idempotency_key=None)
-                pipe.evalsha(sha, len(script_keys), *script_keys, *args)
+                pipe.execute_command(*await write.command(script_keys, args))
                 versions[i] += 1
             await pipe.execute()
 
@@ -79,14 +83,14 @@ async def _measure(url: str, lanes: int, rounds: int, batch: int) -> dict[str, f
     for k in range(WARMUP_ROUNDS):
         await write_round(k)
         await drain()
-    cpu, writes, commits = 0.0, [0, 0], [0, 0]  # usec and calls of EVALSHA, per phase
+    cpu, writes, commits = 0.0, [0, 0], [0, 0]  # usec and calls of the scripts (FCALL), per phase
     for k in range(WARMUP_ROUNDS, WARMUP_ROUNDS + rounds):
         for phase, step in ((writes, write_round(k)), (commits, drain())):
-            before, started = await _usec(redis, "evalsha"), time.process_time()
+            before, started = await _usec(redis, called), time.process_time()
             await step
             if phase is commits:
                 cpu += time.process_time() - started
-            after = await _usec(redis, "evalsha")
+            after = await _usec(redis, called)
             phase[0] += after[0] - before[0]
             phase[1] += after[1] - before[1]
     lanes_committed = lanes * rounds

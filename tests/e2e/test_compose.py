@@ -154,6 +154,11 @@ def workers(stack: Stack) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
         procs[name] = subprocess.Popen(stack.argv(name, SERVICES[name]["command"]), env=stack.env(name), cwd=ROOT,
                                        stdout=log, stderr=subprocess.STDOUT)
         log.close()
+    deadline = time.monotonic() + 60  # as compose's depends_on: the workers are up (their functions loaded)
+    while not all("worker.ready" in (stack.tmp / f"{name}.log").read_text() for name in procs):
+        assert time.monotonic() < deadline, "the workers did not start within 60 s"
+        assert all(proc.poll() is None for proc in procs.values()), "a worker exited"
+        time.sleep(0.1)
     yield procs
     for proc in procs.values():
         if proc.poll() is None:
@@ -306,7 +311,7 @@ def test_agent_service_runs_on_the_workers(stack: Stack, workers: dict[str, subp
                           capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "snapshot (bootstrap)" in proc.stdout and "(reinject)" in proc.stdout
-    assert "- **Location**: Paris" in proc.stdout and "finish the notes" in proc.stdout
+    assert "- **Location**: Paris" in proc.stdout and "patch=\"unified-diff\"" in proc.stdout  # the delta
 
 
 async def test_kubernetes_worker_container_runs(stack: Stack, workers: dict[str, subprocess.Popen[bytes]],
