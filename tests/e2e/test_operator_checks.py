@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 from signals.streams.acl import ROLES, acl_file
 from signals.streams.client import connect
 from signals.streams.keys import Keys
+from signals.streams.scripts import ensure_loaded
 from signals.streams.store import WorkingMemoryStore
 from tests.e2e.test_debugging_empty_lanes import wm
 from tests.integration.helpers import running_workers, wait_caught_up
@@ -159,8 +160,10 @@ async def test_a_command_the_acl_refuses_names_the_role_it_needs(tmp_path: Path)
     path.write_text(acl_file(keys, {role: f"{role}-pw" for role in ROLES}))
     server = RedisServer(extra=["--aclfile", str(path)]).start()
     writer = connect(f"redis://wm-writer:writer-pw@127.0.0.1:{server.port}/0")
+    operator = connect(f"redis://wm-operator:operator-pw@127.0.0.1:{server.port}/0")
     reader = f"redis://wm-reader:reader-pw@127.0.0.1:{server.port}/0"
     try:
+        await ensure_loaded(operator)  # the project's functions, as a worker or `deploy functions` loads them
         await WorkingMemoryStore(writer, keys=keys).replace("acl1", "# Notes\n- one")
         for args, role in ((("replay", "--resource", "acl1", "--verify"), "operator role"),
                            (("inspect",), "operator role"),
@@ -176,6 +179,7 @@ async def test_a_command_the_acl_refuses_names_the_role_it_needs(tmp_path: Path)
         assert code == 1 and "run the probe as the worker or operator role" in err, err  # it named no role
     finally:
         await writer.aclose()
+        await operator.aclose()
         server.stop()
 
 
