@@ -168,6 +168,18 @@ async def _fill(url: str, keys: Keys, resource: str, thread: str) -> None:
         await redis.aclose()
 
 
+async def _heartbeat_written(url: str, keys: Keys, instance: str) -> None:
+    """Wait for the worker's first heartbeat: its monitor task writes it beside the read loop,
+    so "ready" can come first on a loaded host, and the overview counts live heartbeats."""
+    redis = connect(url)
+    try:
+        with anyio.fail_after(30):
+            while not await redis.exists(keys.heartbeat(instance)):
+                await anyio.sleep(0.05)
+    finally:
+        await redis.aclose()
+
+
 @pytest.fixture(scope="module")
 def pipeline(redis_server: RedisServer) -> Iterator[Pipeline]:
     """A worker process (few signals retained) and one scripted run of the agent loop."""
@@ -176,6 +188,7 @@ def pipeline(redis_server: RedisServer) -> Iterator[Pipeline]:
                           snapshot_every=SNAPSHOT_EVERY)
     try:
         anyio.run(wait_ready, worker)
+        anyio.run(_heartbeat_written, redis_server.url, keys, "ui-worker")
         run = uuid.uuid4().hex[:6]
         pipeline = Pipeline(redis_server.url, keys, f"ada-{run}", f"chat-{run}", worker)
         anyio.run(_fill, redis_server.url, keys, pipeline.resource, pipeline.thread)
