@@ -406,3 +406,13 @@ def test_write_if_version_below_zero_is_bad_input_not_a_conflict(url: str) -> No
     proc = wm("write", "--redis-url", url, "--namespace", ns(), "--resource", "alice", "--markdown", "# A",
               "--if-version", "-1")
     assert_one_line(proc, 2, "if_version -1 is no lane's version")
+
+
+@pytest.mark.parametrize("args", [("ui", "--port", "99999"), ("mcp", "--transport", "http", "--port", "0"),
+                                  ("dlq", "list", "--partition", "-1"),
+                                  ("subscribe", "--resource", "a", "--count", "0")])
+def test_an_integer_flag_out_of_its_range_is_refused_naming_it(args: tuple[str, ...]) -> None:
+    """Every integer flag is checked against its range before anything runs (``ui --port``
+    took any integer and failed later in the server)."""
+    proc = wm(*args, "--redis-url", "redis://127.0.0.1:1/0")
+    assert_one_line(proc, 2, args[-2], "takes")
