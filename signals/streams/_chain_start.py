@@ -50,6 +50,12 @@ async def chain_start(redis: Client, keys: Keys, lane: str, signer: Signer | Non
     """Where the current chain begins: the hint's entry when it is a snapshot this
     subscriber accepts, else ``-`` (the hint led nowhere: read everything).
 
+    With a signer, a hint at a genuine snapshot is also checked against the signal before
+    it (:func:`_newer_before`: a replayed copy of an older snapshot). Without one, the hint
+    is the one thing here only a worker writes: a well-formed entry before it claiming a
+    newer version (anyone who can append can forge one, up to 2**53) must not send the
+    reader to the start, where that forgery would outrank every genuine signal after it.
+
     The hint's entry is checked here, quietly, so that the stream is read once: the read
     that follows counts and logs each refused entry once (a read from the hint, then
     another from ``-`` when no chain came of it, would report those after the hint twice).
@@ -64,7 +70,7 @@ async def chain_start(redis: Client, keys: Keys, lane: str, signer: Signer | Non
         return "-"
     if signal is None or signal.mode != "snapshot" or text_problem(signal, signal.contents) is not None:
         return "-"
-    if await _newer_before(redis, keys, lane, signer, hint=hint, version=signal.version):
+    if signer is not None and await _newer_before(redis, keys, lane, signer, hint=hint, version=signal.version):
         log.warning("subscribe.stale_snapshot_hint", lane=lane, entry_id=hint, version=signal.version,
                     note="a signal before it is as new or newer: read from the start")
         return "-"

@@ -8,8 +8,8 @@ takes one command away from one key kind in the role's generated ACL (``ACL SETU
 against a real redis-server), runs the script's path, and checks that the call either
 succeeded or changed nothing; for the commit, that once the ACL is whole again every
 lane is signalled exactly once per version. A worker that finds signals appended
-without their tracking (what a half-done commit leaves) takes the tracking from them
-instead of appending again.
+without their tracking takes the tracking from them only when they are the signals its
+commit plans (a retry of a half-done commit); anything else is snapshotted past.
 """
 
 from __future__ import annotations
@@ -235,11 +235,13 @@ async def test_a_commit_refused_later_signals_each_version_once(server: RedisSer
         await writer.aclose()
 
 
-async def test_signals_appended_without_their_tracking_become_the_tracking(server: RedisServer,
-                                                                          admin: Redis) -> None:
-    """What a half-done commit leaves (its signal in the stream, the tracking of the commit
-    before): the next commit takes the tracking from that signal instead of appending the
-    same write version again."""
+async def test_signals_after_the_tail_that_the_commit_does_not_plan_are_snapshotted_past(server: RedisServer,
+                                                                                         admin: Redis) -> None:
+    """A signal in the stream after the tail the tracking names, the tracking of the commit
+    before it (as a half-done commit leaves them), but the next commit is another write's:
+    it plans other signals, so it does not take the tracking from that one (only a retry
+    planning the same signals does: tests/trust_boundary/test_signal_tail.py). The lane is
+    re-snapshotted past it, and no version or write version repeats."""
     writer = connect(_url(server, "writer"))
     store = WorkingMemoryStore(writer, keys=KEYS)
     lane = "r:alice"

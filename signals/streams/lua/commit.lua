@@ -274,11 +274,15 @@ end
 
 -- A commit that appended a lane's signals and then failed before storing its tracking
 -- (a command refused after the first write: Redis does not roll a script back) left
--- signals after the tail the tracking names. When they are the lane's next versions, one
--- after the other, each one of our signals, the tracking is repaired from the last of them
--- (version, cacheKey, mode, write version, signals since the snapshot, tail) instead of
--- appending them again; the worker then plans the lane anew from there. Returns whether
--- it repaired the tracking.
+-- signals after the tail the tracking names. The worker retrying it plans the same
+-- signals again: when the entries after the tail are the first of the signals this commit
+-- would append (the same versions, cacheKeys, modes and write versions, in order), the
+-- tracking is repaired from the last of them (version, cacheKey, mode, write version,
+-- signals since the snapshot, tail) instead of appending them again; the worker then
+-- plans the lane anew from there. Anything else after the tail (a signal some other
+-- writer appended, however well formed: the lane's next version with a matching cacheKey
+-- proves nothing) is never adopted: the lane is re-snapshotted past it ('resnap').
+-- Returns whether it repaired the tracking.
 local adopt_max = 16
 local function adopt(trk, sig, lane)
   if lane.tail ~= '' and not is_id(lane.tail) then return false end
@@ -287,18 +291,22 @@ local function adopt(trk, sig, lane)
   local n = tonumber(cur[2] or '0') or -1
   if v < 0 or n < 0 or (cur[1] or '') ~= lane.expected_v then return false end
   local from = lane.tail == '' and '-' or '(' .. lane.tail
-  local after = redis.call('XRANGE', sig, from, '+', 'COUNT', adopt_max + 1)
-  if #after == 0 or #after > adopt_max then return false end
+  local limit = math.min(adopt_max, #lane.signals)
+  local after = redis.call('XRANGE', sig, from, '+', 'COUNT', limit + 1)
+  if #after == 0 or #after > limit then return false end
   local last = nil
-  for _, entry in ipairs(after) do
+  for k, entry in ipairs(after) do
     local payload = nil
     for f = 1, #entry[2] - 1, 2 do
       if entry[2][f] == 'e' then payload = entry[2][f + 1] end
     end
     if type(payload) ~= 'string' then return false end
     local ok, signal = pcall(cjson.decode, payload)
+    local planned = cjson.decode(lane.signals[k]) -- the worker's own JSON
     if not ok or type(signal) ~= 'table' or signal.id ~= 'working-memory' or signal.version ~= v + 1
-        or type(signal.cacheKey) ~= 'string' or type(signal.writeVersion) ~= 'number' then
+        or type(signal.cacheKey) ~= 'string' or type(signal.writeVersion) ~= 'number'
+        or signal.version ~= planned.version or signal.cacheKey ~= planned.cacheKey
+        or signal.mode ~= planned.mode or signal.writeVersion ~= planned.writeVersion then
       return false
     end
     v = v + 1
