@@ -8,6 +8,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+import structlog
+import structlog.testing
 
 from signals.errors import InvalidInputError
 from workers.mcp.run import McpConfig
@@ -86,3 +88,28 @@ def test_a_missing_tokens_file_is_refused(tmp_path: Path) -> None:
 def test_flags_that_cannot_run_together_are_refused(config: McpConfig, needle: str) -> None:
     with pytest.raises(InvalidInputError, match=needle):
         config.check()
+
+
+def test_a_changed_tokens_file_takes_effect_and_a_broken_one_keeps_the_tokens_held(tmp_path: Path) -> None:
+    """A token revoked or added in the file takes effect at the next request after the
+    check interval; a change that breaks a rule (or removes the file) is not taken: the
+    tokens held stay, and the error is logged."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"secret-for-alice-123": "alice"}))
+    verifier = TokenFileVerifier(str(path), check_every_s=0)
+
+    async def check() -> None:
+        assert await verifier.verify_token("secret-for-alice-123") is not None
+        path.write_text(json.dumps({"secret-for-carol-123": "carolyn"}))  # another size: a coarse mtime tells nothing
+        assert await verifier.verify_token("secret-for-alice-123") is None, "revoked"
+        carol = await verifier.verify_token("secret-for-carol-123")
+        assert carol is not None and carol.subject == "carolyn"
+        with structlog.testing.capture_logs() as logs:
+            path.write_text('{"short": "alice"}')
+            assert await verifier.verify_token("secret-for-carol-123") is not None, "a broken file is not taken"
+            path.unlink()
+            assert await verifier.verify_token("secret-for-carol-123") is not None, "nor a missing one"
+        failed = [e for e in logs if e["event"] == "mcp.tokens_reload_failed"]
+        assert len(failed) == 2 and "at least 16" in failed[0]["error"], logs
+
+    anyio.run(check)

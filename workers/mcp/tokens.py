@@ -8,7 +8,8 @@ The tokens file is a JSON object, token -> resource id::
 A key ``sha256:<64 hex digits>`` holds the SHA-256 of the token instead of the token, so
 the file need not hold the secret itself. Tokens are at least :data:`MIN_TOKEN_LENGTH`
 characters; resource ids are checked like every id (:func:`~signals.streams.keys.validate_id`).
-A file that breaks any rule is refused at start, naming the entry.
+A file that breaks any rule is refused at start, naming the entry; the file is read again
+when it changes (see :class:`TokenFileVerifier`).
 
 :class:`TokenFileVerifier` is the SDK's ``TokenVerifier``: the presented token is hashed and
 looked up by its digest (the comparison never branches on the token's bytes). The access
@@ -19,11 +20,14 @@ own verifier (JWT, introspection) plugs in the same way, putting the resource id
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import structlog
 from mcp.server.auth.provider import AccessToken
 
 from signals.core.codec import decode_json
@@ -31,6 +35,8 @@ from signals.errors import InvalidInputError
 from signals.streams.keys import validate_id
 
 __all__ = ("MIN_TOKEN_LENGTH", "TokenFileVerifier", "load_tokens", "token_digest")
+
+log = structlog.get_logger(__name__)
 
 #: The shortest token taken (characters): ``openssl rand -hex 32`` gives 64.
 MIN_TOKEN_LENGTH = 16
@@ -87,19 +93,60 @@ def load_tokens(path: str) -> dict[bytes, str]:
     return out
 
 
-class TokenFileVerifier:
-    """The SDK's ``TokenVerifier`` over a tokens file (read once, at construction)."""
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    """What tells a changed file: its inode, size and modification time (``None``: unreadable)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
-    def __init__(self, path: str) -> None:
+
+class TokenFileVerifier:
+    """The SDK's ``TokenVerifier`` over a tokens file, read at construction (a bad file is
+    refused then) and again when it changes.
+
+    At most once per ``check_every_s`` a request looks at the file's inode, size and
+    modification time; when they changed, the file is read again and its tokens replace
+    the ones held, so a token added or revoked takes effect at the next request (an open
+    stream stays open: it was authenticated when it opened). A changed file that is
+    missing or breaks a rule is not taken: the tokens held stay, and
+    ``mcp.tokens_reload_failed`` is logged (an error) naming what is wrong, once per change.
+    """
+
+    def __init__(self, path: str, *, check_every_s: float = 1.0) -> None:
+        self._path = path
+        self._check_every_s = check_every_s
+        self._stamp = _stamp(path)
         self._resources = load_tokens(path)
+        self._checked = time.monotonic()
 
     @property
     def count(self) -> int:
-        """How many tokens the file holds."""
+        """How many tokens are held."""
         return len(self._resources)
+
+    def _reload_if_changed(self) -> None:
+        now = time.monotonic()
+        if now - self._checked < self._check_every_s:
+            return
+        self._checked = now
+        stamp = _stamp(self._path)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp  # a bad file is reported once, not at every request
+        try:
+            resources = load_tokens(self._path)
+        except InvalidInputError as e:
+            log.error("mcp.tokens_reload_failed", error=str(e), kept=len(self._resources),
+                      note="the tokens held before stay in force until the file is valid again")
+            return
+        self._resources = resources
+        log.info("mcp.tokens_reloaded", path=self._path, tokens=len(resources))
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """The access token of a known bearer token (its resource id as ``subject``), else ``None``."""
+        self._reload_if_changed()
         resource = self._resources.get(token_digest(token))
         if resource is None:
             return None
