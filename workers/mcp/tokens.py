@@ -136,9 +136,11 @@ class TokenFileVerifier:
             return
         self._stamp = stamp  # a bad file is reported once, not at every request
         try:
-            resources = load_tokens(self._path)
+            resources, problem = load_tokens(self._path), None
         except InvalidInputError as e:
-            log.error("mcp.tokens_reload_failed", error=str(e), kept=len(self._resources),
+            resources, problem = self._resources, str(e)
+        if problem is not None:
+            log.error("mcp.tokens_reload_failed", error=problem, kept=len(self._resources),
                       note="the tokens held before stay in force until the file is valid again")
             return
         self._resources = resources
