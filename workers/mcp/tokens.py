@@ -109,7 +109,7 @@ class TokenFileVerifier:
     At most once per ``check_every_s`` a request looks at the file's inode, size and
     modification time; when they changed, the file is read again and its tokens replace
     the ones held, so a token added or revoked takes effect at the next request (an open
-    stream stays open: it was authenticated when it opened). A changed file that is
+    stream stays open: its token was checked when it opened). A file changed into one that is
     missing or breaks a rule is not taken: the tokens held stay, and
     ``mcp.tokens_reload_failed`` is logged (an error) naming what is wrong, once per change.
     """
