@@ -14,7 +14,6 @@ commit plans (a retry of a half-done commit); anything else is snapshotted past.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
@@ -26,78 +25,36 @@ from redis.asyncio import Redis
 from signals.core.codec import FIELD, encode_json
 from signals.core.models import DeadLetter, WriteEvent
 from signals.errors import WmSignalsError
-from signals.streams.acl import ROLES, SCRIPTS, acl_file, acl_users
+from signals.streams.acl import ROLES, SCRIPTS
 from signals.streams.client import connect
 from signals.streams.deadletters import DeadLetters
-from signals.streams.keys import GROUP, Keys
+from signals.streams.keys import GROUP
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, wait_caught_up
+from tests.trust_boundary.narrowed_acl import KEYS, narrow, narrowed, restore, start_server, state, url
 from tests.trust_boundary.support import worker_in_process
 from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
-PASSWORDS = {role: f"{role}-{secrets.token_hex(4)}" for role in ROLES}
-ADMIN = secrets.token_hex(8)
-KEYS = Keys("wm", 2)
 #: Read-only commands: refusing them makes a script fail before its first write anyway.
 READS = {"hmget", "hget", "get", "type", "xrange", "xrevrange", "lrange", "xpending", "xlen"}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    path = tmp_path_factory.mktemp("refusals") / "users.acl"
-    path.write_text(acl_file(KEYS, PASSWORDS) + f"user admin on >{ADMIN} ~* &* +@all\n")
-    srv = RedisServer(extra=["--aclfile", str(path)]).start()
+    srv = start_server(tmp_path_factory.mktemp("refusals"))
     yield srv
     srv.stop()
 
 
 @pytest.fixture
 async def admin(server: RedisServer) -> AsyncIterator[Redis]:
-    client = cast(Redis, connect(f"redis://admin:{ADMIN}@127.0.0.1:{server.port}/0"))
+    client = cast(Redis, connect(url(server, "admin")))
     await client.flushall()
     for role in ROLES:  # each test starts from the generated ACL
-        await _restore(client, role)
+        await restore(client, role)
     yield client
     await client.aclose()
-
-
-def _url(server: RedisServer, role: str) -> str:
-    return f"redis://wm-{role}:{PASSWORDS[role]}@127.0.0.1:{server.port}/0"
-
-
-def narrowed(role: str, kind: str, command: str) -> list[str]:
-    """The role's generated rules without ``command`` on ``kind``'s keys (still on the other
-    kinds its selector named)."""
-    pattern = KEYS.pattern(kind)
-    out = []
-    for rule in acl_users(KEYS, PASSWORDS)[f"wm-{role}"]:
-        words = rule.strip("()").split()
-        if not rule.startswith("(") or f"+{command}" not in words or not any(w.endswith(pattern) for w in words):
-            out.append(rule)
-            continue
-        patterns = [w for w in words if not w.startswith("+")]
-        commands = [w for w in words if w.startswith("+") and w != f"+{command}"]
-        if commands:
-            out.append("(" + " ".join([*patterns, *commands]) + ")")
-        others = [p for p in patterns if not p.endswith(pattern)]
-        if others:
-            out.append("(" + " ".join([*others, f"+{command}"]) + ")")
-    return out
-
-
-async def _narrow(admin: Redis, role: str, kind: str, command: str) -> None:
-    await admin.execute_command("ACL SETUSER", f"wm-{role}", *narrowed(role, kind, command))  # type: ignore[no-untyped-call]
-
-
-async def _restore(admin: Redis, role: str) -> None:
-    await admin.execute_command("ACL SETUSER", f"wm-{role}", *acl_users(KEYS, PASSWORDS)[f"wm-{role}"])  # type: ignore[no-untyped-call]
-
-
-async def _state(admin: Redis) -> dict[str, object]:
-    """Every key of the namespace, with its type and value (but heartbeats)."""
-    keys = sorted(str(k) for k in await admin.keys("wm:*") if ":{hb}:" not in str(k))
-    return {key: (await admin.type(key), await admin.dump(key)) for key in keys}
 
 
 def _cases(script: str) -> list[tuple[str, str]]:
@@ -111,7 +68,7 @@ def test_the_narrowing_takes_away_exactly_one_command_on_one_kind() -> None:
 
 
 async def test_narrowed_rules_refuse_that_command_only(admin: Redis) -> None:
-    await _narrow(admin, "worker", "trk", "del")
+    await narrow(admin, "worker", "trk", "del")
     dry = [str(await admin.execute_command("ACL DRYRUN", "wm-worker", "DEL", key))  # type: ignore[no-untyped-call]
            for key in (KEYS.track("r:x"), KEYS.signals("r:x"))]
     assert dry[0] != "OK"
@@ -123,21 +80,21 @@ async def test_a_write_refused_later_writes_nothing(server: RedisServer, admin: 
                                                    command: str) -> None:
     """The write script with one of its commands refused on one kind: the write raises and
     nothing is written (a retry then writes once), or it succeeds."""
-    async with worker_in_process(_url(server, "worker"), KEYS):  # loads the library
+    async with worker_in_process(url(server, "worker"), KEYS):  # loads the library
         pass
-    writer = connect(_url(server, "writer"))
+    writer = connect(url(server, "writer"))
     store = WorkingMemoryStore(writer, keys=KEYS)
     try:
         await store.replace("alice", "# Alice", thread_id="t1", scope="thread")
-        await _narrow(admin, "writer", kind, command)
-        before = await _state(admin)
+        await narrow(admin, "writer", kind, command)
+        before = await state(admin)
         try:
             await store.replace("alice", "# Alice\n- v2", thread_id="t2", scope="thread", idempotency_key="k1")
         except (WmSignalsError, redis_exc.RedisError):
-            assert await _state(admin) == before, "a refused write changed something"
-            await _restore(admin, "writer")
+            assert await state(admin) == before, "a refused write changed something"
+            await restore(admin, "writer")
             await store.replace("alice", "# Alice\n- v2", thread_id="t2", scope="thread", idempotency_key="k1")
-        await _restore(admin, "writer")
+        await restore(admin, "writer")
         assert await admin.hget(KEYS.doc("t:t2"), "version") == "1"
         assert await admin.xlen(KEYS.writes(KEYS.partition("t:t2"))) >= 1
     finally:
@@ -149,7 +106,7 @@ async def test_a_requeue_refused_later_loses_no_dead_letter(server: RedisServer,
                                                           command: str) -> None:
     """``dlq requeue`` with XDEL or XADD refused: the dead letter stays (it used to be
     deleted, and the event never put back, when the XADD was refused)."""
-    async with worker_in_process(_url(server, "worker"), KEYS):
+    async with worker_in_process(url(server, "worker"), KEYS):
         pass
     event = WriteEvent(lane="r:alice", scope="resource", format="markdown", version=1, data="# A", op="replace",
                        resource_id="alice")
@@ -157,13 +114,13 @@ async def test_a_requeue_refused_later_loses_no_dead_letter(server: RedisServer,
     dead = DeadLetter(stream=KEYS.writes(partition), entry_id="1-1", fields={FIELD: encode_json(event)},
                       error="x", attempts=1, at="now")
     letter = await admin.xadd(KEYS.dead_letters(partition), {FIELD: encode_json(dead)})
-    operator = connect(_url(server, "operator"))
+    operator = connect(url(server, "operator"))
     try:
-        await _narrow(admin, "operator", kind, command)
-        before = await _state(admin)
+        await narrow(admin, "operator", kind, command)
+        before = await state(admin)
         with pytest.raises((WmSignalsError, redis_exc.RedisError)):
             await DeadLetters(operator, KEYS).requeue(str(letter), partition)
-        assert await _state(admin) == before
+        assert await state(admin) == before
     finally:
         await operator.aclose()
 
@@ -175,19 +132,19 @@ async def test_a_dead_letter_refused_later_is_not_sent_twice(server: RedisServer
     acknowledgement (each retry added another dead letter of the same entry)."""
     from workers.engine.dead_letters import DeadLetters as WorkerDeadLetters  # noqa: PLC0415 - the engine's
 
-    async with worker_in_process(_url(server, "worker"), KEYS):
+    async with worker_in_process(url(server, "worker"), KEYS):
         pass
     stream = KEYS.writes(0)
     entry = await admin.xadd(stream, {"e": "junk"})
     await admin.xreadgroup(GROUP, "c", {stream: ">"})
-    worker = connect(_url(server, "worker"))
+    worker = connect(url(server, "worker"))
     try:
-        await _narrow(admin, "worker", kind, command)
-        before = await _state(admin)
+        await narrow(admin, "worker", kind, command)
+        before = await state(admin)
         sent = await WorkerDeadLetters(worker, KEYS, max_attempts=1, maxlen=100).send(0, str(entry), {"e": "junk"},
                                                                                        "poison: junk", 1)
         if not sent:
-            assert await _state(admin) == before
+            assert await state(admin) == before
         else:
             assert (await admin.xpending(stream, GROUP))["pending"] == 0
             assert await admin.xlen(KEYS.dead_letters(0)) == 1
@@ -209,14 +166,14 @@ async def test_a_commit_refused_later_signals_each_version_once(server: RedisSer
     """The worker's ACL without one command on one kind for a while (writes go on, retention
     trims at every snapshot): no signal is appended without its tracking; once the ACL is
     whole again every lane is signalled once per version, and rebuilds its document."""
-    writer = connect(_url(server, "writer"))
+    writer = connect(url(server, "writer"))
     store = WorkingMemoryStore(writer, keys=KEYS)
     options: dict[str, Any] = {"retain_signals": 2, "max_attempts": 1000}
     try:
-        async with worker_in_process(_url(server, "worker"), KEYS, **options):
+        async with worker_in_process(url(server, "worker"), KEYS, **options):
             await _writes(store, 6, 1)
             await wait_caught_up(admin, KEYS)
-            await _narrow(admin, "worker", kind, command)
+            await narrow(admin, "worker", kind, command)
             for version in range(2, 5):
                 await _writes(store, 6, version)
                 await anyio.sleep(0.3)
@@ -225,13 +182,13 @@ async def test_a_commit_refused_later_signals_each_version_once(server: RedisSer
                 last = await admin.xrevrange(KEYS.signals(lane), count=1)
                 tail = await admin.hget(KEYS.track(lane), "tail")
                 assert (last[0][0] if last else None) == tail, (lane, "a signal without its tracking")
-            await _restore(admin, "worker")
+            await restore(admin, "worker")
             await wait_caught_up(admin, KEYS)
         for i in range(6):
             signals = await check_lane(admin, KEYS, f"r:user{i}")
             assert signals[-1].write_version == 4
     finally:
-        await _restore(admin, "worker")
+        await restore(admin, "worker")
         await writer.aclose()
 
 
@@ -242,18 +199,18 @@ async def test_signals_after_the_tail_that_the_commit_does_not_plan_are_snapshot
     it plans other signals, so it does not take the tracking from that one (only a retry
     planning the same signals does: tests/trust_boundary/test_signal_tail.py). The lane is
     re-snapshotted past it, and no version or write version repeats."""
-    writer = connect(_url(server, "writer"))
+    writer = connect(url(server, "writer"))
     store = WorkingMemoryStore(writer, keys=KEYS)
     lane = "r:alice"
     try:
-        async with worker_in_process(_url(server, "worker"), KEYS):
+        async with worker_in_process(url(server, "worker"), KEYS):
             await store.replace("alice", "# Alice\n- one")
             await wait_caught_up(admin, KEYS)
             after_first = await admin.hgetall(KEYS.track(lane))
             await store.replace("alice", "# Alice\n- one\n- two")
             await wait_caught_up(admin, KEYS)
         await admin.hset(KEYS.track(lane), mapping=dict(after_first))  # type: ignore[arg-type]  # the second commit's tracking "not stored"
-        async with worker_in_process(_url(server, "worker"), KEYS, name="w1"):
+        async with worker_in_process(url(server, "worker"), KEYS, name="w1"):
             await store.replace("alice", "# Alice\n- one\n- two\n- three")
             await wait_caught_up(admin, KEYS)
         signals = await check_lane(admin, KEYS, lane)

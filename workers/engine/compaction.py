@@ -20,6 +20,15 @@ at (``replay`` names it). A lane written again continues from the snapshot.
 Nothing read is trusted: a lane name that is not a lane of this partition, a tracking
 or stream that does not parse, or a delta chain that does not rebuild to its cacheKey
 leaves the lane as it is (counted as skipped).
+
+A command the worker's ACL refuses (an operator loaded an ACL file missing one of the
+commands compaction runs) never leaves a lane half compacted: the script checks every
+command of the call against the ACL before its first write and fails as a whole, naming
+the command and the key. The lanes of that call are left as they are (counted as skipped),
+the refusal is logged (``worker.compaction_refused``) and the pass goes on: the worker keeps
+running, and the lanes are compacted at a later sweep once the ACL grants the command. A
+read of the worker's own (a lane's tracking, its stream's length or last entries) that the
+ACL refuses is logged the same way.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ from signals.core.wire import lane_owner_id, lane_scope, parse_version
 from signals.errors import CorruptDataError, InvalidInputError
 from signals.streams.client import Client
 from signals.streams.keys import Keys, validate_id
-from signals.streams.redis_errors import is_whole_server
+from signals.streams.redis_errors import acl_refused, is_whole_server
 from signals.streams.scripts import ServerScript
 from workers.engine.cache import RECENT, TrackingCache, rebuilt_from
 from workers.engine.counters import METRICS
@@ -128,7 +137,7 @@ class Compactor:
             stats.scanned += len(members)
             budget -= len(members)
             for start in range(0, len(lanes), CALL_LANES):
-                await self._compact(lanes[start:start + CALL_LANES], now_ms - self.idle_ms, stats)
+                await self._compact(partition, lanes[start:start + CALL_LANES], now_ms - self.idle_ms, stats)
         self.stats.add(stats)
         METRICS.add("lanes_compacted", stats.compacted)
         METRICS.add("compaction_entries_removed", stats.removed)
@@ -145,11 +154,11 @@ class Compactor:
             return False
         return self.keys.partition(member) == partition
 
-    async def _compact(self, lanes: list[str], cutoff_ms: int, stats: CompactStats) -> None:
-        candidates = await self._candidates(lanes, cutoff_ms)
+    async def _compact(self, partition: int, lanes: list[str], cutoff_ms: int, stats: CompactStats) -> None:
+        candidates = await self._candidates(partition, lanes, cutoff_ms)
         if not candidates:
             return
-        snapshots = await self._snapshots([c for c in candidates if c.delta])
+        snapshots = await self._snapshots(partition, [c for c in candidates if c.delta])
         plan: list[dict[str, str]] = []
         keys: list[str] = []
         chosen: list[_Candidate] = []
@@ -171,20 +180,26 @@ class Compactor:
         except redis_exc.ResponseError as e:
             if is_whole_server(e):
                 raise
-            log.warning("worker.compaction_failed", lanes=len(chosen), error=str(e))
             stats.skipped += len(chosen)
+            if acl_refused(e):  # checked before the script's first write: nothing was written
+                _log_refused(partition, len(chosen), str(e))
+            else:
+                log.warning("worker.compaction_failed", partition=partition, lanes=len(chosen), error=str(e))
             return
         for c, status in zip(chosen, statuses, strict=True):
             self._settle(c, status, stats)
 
-    async def _candidates(self, lanes: list[str], cutoff_ms: int) -> list[_Candidate]:
+    async def _candidates(self, partition: int, lanes: list[str], cutoff_ms: int) -> list[_Candidate]:
         """The lanes idle since ``cutoff_ms`` with more than one snapshot to them (one round trip)."""
+        calls: list[str] = []
         async with self.redis.pipeline(transaction=False) as pipe:
             for lane in lanes:
                 trk, sig, _ = self.keys.worker_keys(lane)
                 pipe.hmget(trk, "v", "wv", "tail", "mode")
                 pipe.xlen(sig)
+                calls += [f"HMGET {trk}", f"XLEN {sig}"]
             replies = await pipe.execute(raise_on_error=False)
+        _log_read_refusal(partition, len(lanes), calls, replies)
         candidates = (_candidate(lane, fields, length, cutoff_ms)
                       for lane, fields, length in zip(lanes, replies[0::2], replies[1::2], strict=True))
         return [c for c in candidates if c is not None]
@@ -203,7 +218,7 @@ class Compactor:
             stats.skipped += 1
             log.warning("worker.compaction_skipped", lane=c.lane, status=[str(s)[:80] for s in status])
 
-    async def _snapshots(self, lanes: list[_Candidate]) -> dict[str, str]:
+    async def _snapshots(self, partition: int, lanes: list[_Candidate]) -> dict[str, str]:
         """The JSON of a snapshot of each lane's last version (a delta's): its text rebuilt
         from the stream's last entries and checked against the delta's cacheKey."""
         if not lanes:
@@ -212,6 +227,7 @@ class Compactor:
             for c in lanes:
                 pipe.xrevrange(self.keys.signals(c.lane), count=RECENT)
             replies = await pipe.execute(raise_on_error=False)
+        _log_read_refusal(partition, len(lanes), [f"XREVRANGE {self.keys.signals(c.lane)}" for c in lanes], replies)
         out: dict[str, str] = {}
         stamp = now_iso()
         for c, entries in zip(lanes, replies, strict=True):
@@ -231,6 +247,23 @@ class Compactor:
             )
             out[c.lane] = encode_signal(snapshot)
         return out
+
+
+def _log_refused(partition: int, lanes: int, error: str) -> None:
+    log.warning("worker.compaction_refused", partition=partition, lanes=lanes, error=error[:300],
+                note="the worker's Redis user may not run a command compaction needs (an ACL file that is not "
+                     "the generated one?): these lanes are left as they are, and compacted at a later sweep "
+                     "once the ACL grants it")
+
+
+def _log_read_refusal(partition: int, lanes: int, calls: Sequence[str], replies: Sequence[object]) -> None:
+    """Log the first of a pipeline's replies that is an ACL refusal, naming its command and
+    key (``calls``: one per reply; Redis names neither). The lanes it read are then not
+    compacted: left as they are."""
+    refusal = next(((call, r) for call, r in zip(calls, replies, strict=True)
+                    if isinstance(r, BaseException) and acl_refused(r)), None)
+    if refusal is not None:
+        _log_refused(partition, lanes, f"{refusal[0]}: {refusal[1]}")
 
 
 def _candidate(lane: str, fields: Any, length: Any, cutoff_ms: int) -> _Candidate | None:

@@ -242,7 +242,8 @@ async def _maintenance(consumer: Consumer, stop: anyio.Event, interval: float) -
     lanes. A task meeting
     a lost group or stream (or any fault of keys) is skipped until the next interval, with
     a warning, and the others still run: only a missing permission (the deployment's
-    fault) reaches the caller."""
+    fault) reaches the caller. Compaction's own refusals (its script's or its reads') stay
+    in it: logged, the lanes left as they are (see :mod:`workers.engine.compaction`)."""
     tasks = (("functions", lambda: _load_functions(consumer.redis)), ("reclaim", consumer.reclaim),
              ("trim", lambda: trim_write_streams(consumer.redis, consumer.keys)), ("reconcile", consumer.reconcile),
              ("compact", lambda: consumer.compactor.run_pass(round(time.time() * 1000))))

@@ -14,19 +14,64 @@
 -- The tracking's mode and signals-since-snapshot follow; its field 'cv' records the
 -- version the compacted history starts at (replay tells compaction from retention by it).
 -- Nothing read here is trusted: a key of another type leaves the lane as it is.
+-- A lane is rewritten in several commands (DEL, XADD, DUMP and RESTORE of the stream, DEL of
+-- the snapshot list, HSET of the tracking), lane after lane, and Redis does not roll a
+-- script back. So before the first write of the call the plan is checked (3 keys and every
+-- field a string per lane), and the caller's ACL must let every command the call may run on
+-- each lane's keys run, reads included (see _checks.lua); otherwise the call fails as a
+-- whole, having written nothing, with an error naming the command and the key refused.
+-- Past those checks no command fails: the types are checked before a lane is written, the
+-- tail id is one the stream holds, and the stream is empty when the entry takes that id again.
 -- KEYS: per lane: trk, sig, snaps
 -- ARGV: 1 MessagePack array, one map per lane: v, wv, tail (the tracking the worker read,
 --   as stored), snapshot (the snapshot's JSON, or '' when the last signal is one), mac
 --   (its MAC, '' when signals are not signed), kid (the id of the key that made the MAC, '':
 --   none; the tracking's kid follows it when a snapshot is given)
 -- Returns one array per lane: {'ok', the stream's one id (the tail), entries removed} or
--- {'moved'} (the lane changed: not compacted) or {'type', key}.
+-- {'moved'} (the lane changed: not compacted) or {'type', key}; or the call fails as a whole,
+-- having written nothing: NOPERM naming the command and key the caller's ACL refuses, ERR
+-- naming what of the plan is missing.
 local lanes = cmsgpack.unpack(ARGV[1])
+local PLAN_FIELDS = {'v', 'wv', 'tail', 'snapshot', 'mac', 'kid'}
+
+-- Before the first write of the call (see the header): nil, or the error to fail it with.
+local function preflight()
+  if type(lanes) ~= 'table' or #KEYS ~= 3 * #lanes then
+    return 'ERR compaction plan: not 3 keys per lane (' .. #KEYS .. ' keys): nothing was written'
+  end
+  local checks = {}
+  for i, lane in ipairs(lanes) do
+    if type(lane) ~= 'table' then return 'ERR compaction plan: lane ' .. i .. ' is not a map: nothing was written' end
+    for _, name in ipairs(PLAN_FIELDS) do
+      if type(lane[name]) ~= 'string' then
+        return 'ERR compaction plan: lane ' .. i .. ' has no text field ' .. name .. ': nothing was written'
+      end
+    end
+    local k = (i - 1) * 3
+    local trk, sig, snaps = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+    checks[#checks + 1] = {'TYPE', trk}
+    checks[#checks + 1] = {'TYPE', sig}
+    checks[#checks + 1] = {'TYPE', snaps}
+    checks[#checks + 1] = {'HMGET', trk, 'v', 'wv', 'tail'}
+    checks[#checks + 1] = {'XREVRANGE', sig, '+', '-', 'COUNT', '1'}
+    if lane.snapshot == '' then checks[#checks + 1] = {'XRANGE', sig, '-', '+'} end
+    checks[#checks + 1] = {'XLEN', sig}
+    checks[#checks + 1] = {'DEL', sig}
+    checks[#checks + 1] = {'XADD', sig, '*', 'e', 'x', 'm', 'x'}
+    checks[#checks + 1] = {'DUMP', sig}
+    checks[#checks + 1] = {'RESTORE', sig, '0', 'x', 'REPLACE'}
+    checks[#checks + 1] = {'DEL', snaps}
+    checks[#checks + 1] = {'HSET', trk, 'mode', 'snapshot'}
+  end
+  return first_refusal(checks)
+end
 
 local function key_type(key)
   return redis.call('TYPE', key)['ok']
 end
 
+local denied = preflight()
+if denied then return redis.error_reply(denied) end
 local out = {}
 for i, lane in ipairs(lanes) do
   local k = (i - 1) * 3
