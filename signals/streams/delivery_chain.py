@@ -77,11 +77,17 @@ class LogIntegrity:
             (a cut, a gap, a record whose chain does not recompute, a record made without
             the signing key): what it holds is not what the model saw.
         problems: what is wrong, one line each (empty when complete).
+        flagged: the records at fault: ``(entry id, what is wrong with it)``, one pair per
+            fault (a record with two faults is named twice), for a reader to mark them where
+            it shows them. The first retained record of a window whose start the retention
+            trimmed is not at fault; a removal with no record after it (an emptied log)
+            flags none: ``problems`` says it.
     """
 
     complete: bool
     tampered: bool
     problems: tuple[str, ...]
+    flagged: tuple[tuple[str, str], ...] = ()
 
 
 def check_chain(records: Sequence[tuple[str, Delivery]], *, entries_added: int | None, retention: int,
@@ -93,9 +99,12 @@ def check_chain(records: Sequence[tuple[str, Delivery]], *, entries_added: int |
     windows: dict[str, tuple[int, str]] = {}
     unchained = 0
     late_start: list[str] = []
+    flagged: list[tuple[str, str]] = []
+    late_flags: list[tuple[str, str]] = []  # at fault only when the removal was not the retention's
     for entry_id, record in records:
         if record.seq is None or record.chain is None:
             unchained += 1
+            flagged.append((entry_id, "carries no chain: nothing proves an agent wrote it here"))
             continue
         window = record.window or ""
         seq, previous = windows.get(window, (0, None))
@@ -103,26 +112,36 @@ def check_chain(records: Sequence[tuple[str, Delivery]], *, entries_added: int |
             previous = GENESIS
             if record.seq != 1:
                 late_start.append(f"window {window or '(none)'} begins at its record #{record.seq} ({entry_id})")
+                late_flags.append((entry_id, f"its window's first retained record is its #{record.seq}: "
+                                             "the records before it were removed"))
                 seq, previous = record.seq - 1, None
         elif record.seq != seq + 1:
             tampered = True
             problems.append(f"entry {entry_id}: window {window or '(none)'} record #{record.seq} follows #{seq}: "
                             f"{'records are missing' if record.seq > seq + 1 else 'a record repeats a number'}")
+            flagged.append((entry_id, f"record #{record.seq} follows #{seq} of its window: "
+                                      + (f"{record.seq - seq - 1} record(s) before it were removed"
+                                         if record.seq > seq + 1 else "it repeats a record's number")))
         body = encode_json(msgspec.structs.replace(record, chain=None))
         if previous is not None and not _chain_ok(record.chain, previous, body, key, verify_keys):
             tampered = True
             problems.append(f"entry {entry_id}: its chain does not recompute "
                             + ("with the signing key (not written by an agent holding it)" if key else
                                "(the record was changed, or made by someone else)"))
+            flagged.append((entry_id, "does not chain to the record before it: changed, or made by someone else"))
         windows[window] = (record.seq, record.chain)
     if key and any(r.chain and not r.chain.startswith("k:") for _, r in records):
         tampered = True
         problems.append("records not signed with the signing key are in the log")
+        flagged += [(entry_id, "not signed with the signing key") for entry_id, r in records
+                    if r.chain and not r.chain.startswith("k:")]
     if unchained:
         problems.append(f"{unchained} record(s) carry no chain (written before chained logs): their history "
                         "cannot be proven whole")
     cut = _removals(len(records), entries_added, retention, late_start)
-    return LogIntegrity(not (problems or cut[1]), tampered or cut[0], (*problems, *cut[1]))
+    if cut[0]:
+        flagged += late_flags
+    return LogIntegrity(not (problems or cut[1]), tampered or cut[0], (*problems, *cut[1]), tuple(flagged))
 
 
 def _removals(held: int, entries_added: int | None, retention: int, late_start: list[str]) -> tuple[bool, list[str]]:

@@ -1,18 +1,23 @@
-"""Live updates (server-sent events) and hostile memory, in a real browser."""
+"""Live updates (server-sent events), hostile memory and a cut or forged delivery log, in a real browser."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import anyio
+import msgspec
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from signals import AgentWorkingMemory, connect
+from signals.core.codec import FIELD, encode_json
+from signals.streams.acl import ROLES, acl_users
+from signals.streams.deliveries import DeliveryLog
 from signals.streams.store import WorkingMemoryStore
-from tests.browser.conftest import Pipeline, UiServer, browser_logs, console_problems
+from tests.browser.conftest import Pipeline, UiServer, browser_logs, console_problems, screenshot
 from tests.browser.scenario import HOSTILE
 
 pytestmark = [pytest.mark.redis, pytest.mark.browser]
@@ -115,3 +120,80 @@ def test_thread_page_updates_live_when_a_model_call_is_logged(browser: Any, pipe
     top = browser.find_element(By.CSS_SELECTOR, "#call-rows tr.call")
     assert top.find_element(By.CSS_SELECTOR, ".record").get_attribute("data-reason") == "bootstrap"
     assert browser.execute_script("return window.__sameDocument;") == "yes"
+
+
+async def _two_windows(pipeline: Pipeline, thread: str) -> None:
+    """Two agent processes on a thread of their own: one record each (their windows' first snapshots)."""
+    redis = connect(pipeline.url)
+    try:
+        for _ in range(2):
+            agent = AgentWorkingMemory(redis, pipeline.keys, resource_id=pipeline.resource, thread_id=thread)
+            await agent.start()
+            assert (await agent.before_model_call([])).add
+    finally:
+        await redis.aclose()
+
+
+async def _as_reader(pipeline: Pipeline, thread: str, action: str) -> None:
+    """The generated ``reader`` role (any agent user may append to any thread's log) appends
+    to the thread's log: a forged record that does not chain (``forge``), or its newest
+    record again with ``MAXLEN 0``, which empties the log (``cut``)."""
+    admin = connect(pipeline.url)
+    users = acl_users(pipeline.keys, {role: f"{role}-pw" for role in ROLES})
+    reader = None
+    try:
+        user = f"{pipeline.keys.namespace}-reader"
+        await admin.execute_command("ACL SETUSER", user, *users[user])
+        reader = connect(pipeline.url.replace("redis://", f"redis://{user}:reader-pw@"))
+        last = (await DeliveryLog(admin, pipeline.keys).read(thread))[-1]
+        assert last.seq is not None
+        if action == "forge":
+            forged = msgspec.structs.replace(last, step=last.step + 1, seq=last.seq + 1, chain="h:" + "0" * 64)
+            await reader.xadd(pipeline.keys.deliveries(thread), {FIELD: encode_json(forged)})
+        else:
+            await reader.xadd(pipeline.keys.deliveries(thread), {FIELD: encode_json(last)}, maxlen=0,
+                              approximate=False)
+    finally:
+        if reader is not None:
+            await reader.aclose()
+        await admin.execute_command("ACL DELUSER", f"{pipeline.keys.namespace}-reader")
+        await admin.aclose()
+
+
+def _integrity(browser: Any) -> tuple[str, str]:
+    box = browser.find_element(By.ID, "log-integrity")
+    return box.get_attribute("data-integrity"), box.text
+
+
+def test_thread_page_reports_a_forged_and_a_cut_log_live(browser: Any, pipeline: Pipeline, ui: UiServer) -> None:
+    """An intact log shows no warning; a record forged by the reader role (well-formed, not
+    chained) arrives on the open page marked, and the page says the log was tampered with;
+    the reader's ``XADD ... MAXLEN 0`` (no entry arrives) turns the verdict to a cut live;
+    reloaded, the emptied log is reported cut, not as a thread with no records yet."""
+    thread = "cut-" + uuid.uuid4().hex[:8]
+    anyio.run(_two_windows, pipeline, thread)
+    url = f"{ui.url}/thread?id={quote(thread)}"
+    browser.get(url)
+    state, text = _integrity(browser)
+    assert state == "whole" and "tampered" not in text and "not complete" not in text
+    assert browser.find_elements(By.CSS_SELECTOR, ".flag, tr.call.flagged") == []
+    WebDriverWait(browser, 10).until(lambda d: "connected" in d.find_element(By.ID, "live-status").text)
+    anyio.run(_as_reader, pipeline, thread, "forge")
+    WebDriverWait(browser, 20).until(lambda d: _integrity(d)[0] == "tampered")
+    assert "has been tampered with" in _integrity(browser)[1]
+    assert "its chain does not recompute" in _integrity(browser)[1]
+    flags = browser.find_elements(By.CSS_SELECTOR, "#call-rows .record.flagged .flag")
+    assert [f.text for f in flags] == ["not trusted: does not chain to the record before it: changed, or made by "
+                                       "someone else"]
+    top = browser.find_elements(By.CSS_SELECTOR, "#call-rows tr.call")[0]
+    assert top.get_attribute("class") == "call flagged"
+    assert top.find_element(By.CSS_SELECTOR, ".badge").text == "untrusted"  # its text matches, but proves nothing
+    screenshot(browser, "thread-tampered")
+    anyio.run(_as_reader, pipeline, thread, "cut")
+    WebDriverWait(browser, 20).until(lambda d: "entries were removed" in _integrity(d)[1])
+    browser.get(url)
+    state, text = _integrity(browser)
+    assert state == "tampered" and "4 entries were removed from the log" in text
+    assert "No delivery record is retained" in browser.find_element(By.TAG_NAME, "main").text
+    console, _ = browser_logs(browser)
+    assert console_problems(console) == []

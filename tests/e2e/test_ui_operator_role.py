@@ -1,5 +1,7 @@
 """``wm-signals ui`` runs as the generated ``operator`` ACL user (the least privilege that serves
-it): every page, the search, a live page's first event, and a dead-letter drop in operator mode."""
+it): every page, the search, a live page's first event, and a dead-letter drop in operator mode;
+the thread page checks the delivery log's chains (XINFO STREAM included) as that user, with the
+signing key and the verification keys of a rotation, as ``replay --deliveries`` does."""
 
 from __future__ import annotations
 
@@ -18,9 +20,12 @@ from urllib.parse import quote
 import anyio
 import pytest
 
+from signals.agent import AgentWorkingMemory
+from signals.core.signing import Signer
 from signals.streams.acl import ROLES, acl_file
 from signals.streams.client import connect
 from signals.streams.keys import Keys
+from signals.streams.store import WorkingMemoryStore
 from tests.browser.conftest import free_port
 from tests.browser.scenario import scripted_run
 from tests.integration.helpers import running_workers, wait_caught_up
@@ -66,24 +71,31 @@ def _get(url: str) -> tuple[int, str]:
         return int(e.code), e.read().decode()
 
 
+def _serve(port: int, *flags: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """``wm-signals ui`` as the operator user, once it answers."""
+    ui_port = free_port()
+    operator = f"redis://wm-operator:{PASSWORDS['operator']}@127.0.0.1:{port}/0"
+    proc = subprocess.Popen([sys.executable, "-m", "workers", "ui", "--redis-url", operator, "--namespace", "wm",
+                             "--partitions", "4", "--port", str(ui_port), *flags], cwd=ROOT,
+                            env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{ui_port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            _get(base + "/static/ui.css")
+        except urllib.error.URLError:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        else:
+            return proc, base
+
+
 def test_every_page_works_as_the_operator_user(server: RedisServer) -> None:
     """Overview, search, lane, diff, thread, dead letters, a live page, a drop: no NOPERM anywhere."""
     anyio.run(_fill, server.port)
-    port = free_port()
-    operator = f"redis://wm-operator:{PASSWORDS['operator']}@127.0.0.1:{server.port}/0"
-    proc = subprocess.Popen([sys.executable, "-m", "workers", "ui", "--redis-url", operator, "--namespace", "wm",
-                             "--partitions", "4", "--port", str(port), "--operator"], cwd=ROOT,
-                            env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
+    proc, base = _serve(server.port, "--operator")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                _get(base + "/static/ui.css")
-                break
-            except urllib.error.URLError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        assert 'data-integrity="whole"' in _get(base + "/thread?id=chat-1")[1]  # the log's check, as the operator
         for path in ("/", "/search?q=chat-1", f"/lane?id={quote('r:ada')}", f"/diff?id={quote('r:ada')}&a=1&b=2",
                      "/thread?id=chat-1", "/deadletters"):
             status, body = _get(base + path)
@@ -106,6 +118,39 @@ def test_every_page_works_as_the_operator_user(server: RedisServer) -> None:
             while lines[-1] and not lines[-1].startswith(b"event: signals"):
                 lines.append(response.readline())
             assert lines[-1].startswith(b"event: signals"), lines  # an empty line: the stream ended
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+OLD_KEY, NEW_KEY = "an-old-signing-key-of-32-bytes!!", "a-new-signing-key-of-32-bytes!!!"
+
+
+async def _signed_log(port: int) -> None:
+    """Workers and an agent loop signing with the key a rotation is retiring: the thread's log is chained with it."""
+    url = f"redis://admin:{ADMIN}@127.0.0.1:{port}/0"
+    redis = connect(url)
+    try:
+        async with running_workers(url, KEYS, signing_key=OLD_KEY):
+            agent = AgentWorkingMemory(redis, KEYS, resource_id="cy", thread_id="signed-1",
+                                       signer=Signer(OLD_KEY.encode()))
+            await WorkingMemoryStore(redis, keys=KEYS).replace("cy", "# Cy\n- tea")
+            await wait_caught_up(redis, KEYS)
+            assert (await agent.before_model_call(set())).add
+    finally:
+        await redis.aclose()
+
+
+def test_the_thread_page_checks_chains_with_the_verification_keys(server: RedisServer) -> None:
+    """During a rotation (another signing key, the retiring one a verification key) a log the
+    agents chained with the retiring key is whole on the thread page, as ``replay`` finds it."""
+    anyio.run(_signed_log, server.port)
+    proc, base = _serve(server.port, env={"WM_SIGNALS_SIGNING_KEY": NEW_KEY,
+                                          "WM_SIGNALS_VERIFY_KEYS": f'["{OLD_KEY}"]'})
+    try:
+        status, body = _get(base + "/thread?id=signed-1")
+        assert status == 200, body[:500]
+        assert 'data-integrity="whole"' in body, re.findall(r"<li>[^<]*</li>", body)
     finally:
         proc.terminate()
         proc.wait(10)

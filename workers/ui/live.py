@@ -5,8 +5,12 @@ newest entry the page showed (XREAD with BLOCK, one Redis connection per open pa
 sends each batch as one ``signals`` event: the new rows and the document, rendered by the
 same escaped templates as the page, and the id to go on from (``id:``, so a browser that
 reconnects resumes with ``Last-Event-ID``). A thread page listens on ``/live/thread`` for
-its delivery log and gets the new calls' rows. Between batches a comment line keeps the
-connection open; at most :data:`~workers.ui.options.MAX_LIVE` pages are live at once. A read
+its delivery log and gets the new calls' rows with the log's integrity verdict read again
+(the check of ``replay --deliveries``: :mod:`workers.ui.logcheck`). A trim or a deletion adds
+no entry to read, so between batches the thread stream compares the log's fingerprint
+(XINFO STREAM's figures) with the one its last verdict was read at (the page's, at first)
+and, when it changed, sends the verdict read again as an ``integrity`` event. Otherwise a
+comment line keeps the connection open; at most :data:`~workers.ui.options.MAX_LIVE` pages are live at once. A read
 that fails (Redis away, a key of another type, a role without XREAD) ends the stream with a
 ``problem`` event the page shows; the browser reconnects after two seconds.
 """
@@ -28,6 +32,7 @@ from signals.streams.history import PageEntry
 from signals.streams.keys import validate_id
 from signals.streams.replay import decode_entry, xread_entries
 from signals.streams.verify import read_document_state
+from workers.ui.logcheck import MAX_FINGERPRINT, Verdict, log_fingerprint, read_verdict
 from workers.ui.options import MAX_LIVE
 from workers.ui.render import render
 from workers.ui.views import call_key, check_lane, document_meta, read_thread
@@ -103,29 +108,45 @@ async def lane_events(request: Request) -> Response:
     return _stream(request, events())
 
 
+#: The most marked records a live event names (a page shows far fewer).
+_MAX_MARKS = 1_000
+
+
+def _verdict(verdict: Verdict) -> dict[str, Any]:
+    """The verdict's part of a live event: the banner (the page's escaped template) and the marks."""
+    return {"integrity": render("_integrity.html", verdict=verdict), "state": verdict.state,
+            "marks": dict(list(verdict.marks.items())[-_MAX_MARKS:])}
+
+
 async def thread_events(request: Request) -> Response:
     """The thread's new model calls as the agent loop logs them."""
     state = request.app.state
     redis, keys, options = state.redis, state.keys, state.options
     thread_id = validate_id(request.query_params.get("id", ""), "thread id")
     after = _after(request)
+    seen = request.query_params.get("seen", "")[:MAX_FINGERPRINT + 1]
 
     async def events() -> AsyncIterator[str]:
-        last = after
+        last, fingerprint = after, seen
         while True:
             entries = await xread_entries(redis, keys.deliveries(thread_id), last, count=options.page,
                                           block=options.live_block_ms)
             if not entries:
-                yield ": keep-alive\n\n"
+                if await log_fingerprint(redis, keys, thread_id) == fingerprint:
+                    yield ": keep-alive\n\n"
+                    continue
+                verdict = await read_verdict(redis, keys, thread_id, state.signer)
+                fingerprint = verdict.fingerprint
+                yield _event("integrity", last, _verdict(verdict))
                 continue
             fresh = {entry[0] for entry in entries}
             view = await read_thread(redis, keys, thread_id, before=None, count=len(entries) + options.page,
                                      signer=state.signer)
             calls = [c for c in view.page.calls if any(entry_id in fresh for entry_id, _ in c.records)]
-            last = entries[-1][0]
+            last, fingerprint = entries[-1][0], view.verdict.fingerprint
             yield _event("calls", last, {
                 "rows": render("_call_rows.html", calls=calls, view=view, call_key=call_key),
-                "length": view.page.length,
+                "length": view.page.length, **_verdict(view.verdict),
             })
 
     return _stream(request, events())

@@ -5,7 +5,8 @@ where the retained history starts, and the latest signal checked against the doc
 (:func:`~signals.streams.verify.check_document`). A thread page is one page of model calls
 (:func:`~signals.streams.timeline.timeline_page`), each with a verify badge: whether the
 text the delivery log rebuilds for the call equals the lane's own history at that version
-(:func:`~signals.streams.history.version_texts`).
+(:func:`~signals.streams.history.version_texts`), and the log's integrity verdict, the one
+``replay --deliveries`` reports (:func:`~workers.ui.logcheck.read_verdict`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from signals.streams.keys import Keys, validate_id
 from signals.streams.replay import raw_command, trimmed_before
 from signals.streams.timeline import Call, TimelinePage, timeline_page
 from signals.streams.verify import DocumentState, check_document, read_document_state
+from workers.ui.logcheck import Verdict, read_verdict
 
 __all__ = ("Badge", "LaneView", "ThreadView", "call_key", "check_lane", "diff_text", "document_meta", "read_diff",
            "read_lane", "read_thread")
@@ -134,7 +136,8 @@ async def read_diff(redis: Client, keys: Keys, lane: str, a: int, b: int, *,
 
 @dataclass(frozen=True, slots=True)
 class Badge:
-    """A call's verify badge: ``state`` is ``ok``, ``bad`` or ``unknown``, ``note`` says why."""
+    """A call's verify badge: ``state`` is ``ok``, ``bad``, ``unknown`` or ``untrusted`` (a record
+    of the call is flagged by the log's check: a text that matches proves nothing then), ``note`` says why."""
 
     state: str
     note: str
@@ -142,11 +145,12 @@ class Badge:
 
 @dataclass(frozen=True, slots=True)
 class ThreadView:
-    """A page of a thread's timeline, each call with its diff and badge."""
+    """A page of a thread's timeline, each call with its diff and badge, and the log's verdict."""
 
     page: TimelinePage
     diffs: dict[tuple[str | None, int, str], str | None]
     badges: dict[tuple[str | None, int, str], Badge]
+    verdict: Verdict
 
 
 def call_key(call: Call) -> tuple[str | None, int, str]:
@@ -185,8 +189,10 @@ def _badge(call: Call, history: dict[int, str] | str) -> Badge:
 
 async def read_thread(redis: Client, keys: Keys, thread_id: str, *, before: str | None, count: int,
                       signer: Signer | None = None) -> ThreadView:
-    """A page of the thread's timeline with each call's diff from the call before and its badge."""
+    """A page of the thread's timeline with each call's diff from the call before and its badge,
+    and the whole log's verdict (read after the page: it covers every record the page shows)."""
     page = await timeline_page(redis, keys, thread_id, before=before, count=count)
+    verdict = await read_verdict(redis, keys, thread_id, signer)
     wanted: dict[str, set[int]] = defaultdict(set)
     for call in page.calls:
         if call.version is not None:
@@ -199,4 +205,7 @@ async def read_thread(redis: Client, keys: Keys, thread_id: str, *, before: str 
         if call.text is not None and call.previous_text is not None:
             diffs[key] = diff_text(call.previous_text, call.text)
         badges[key] = _badge(call, histories.get(call.lane, {}))
-    return ThreadView(page, diffs, badges)
+        if any(entry_id in verdict.marks for entry_id, _ in call.records):
+            badges[key] = Badge("untrusted", "a record of this call is marked by the log's check: nothing proves "
+                                             "the model saw it")
+    return ThreadView(page, diffs, badges, verdict)

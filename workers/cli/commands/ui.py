@@ -14,7 +14,6 @@ import sys
 from typing import Any
 
 from signals.core.retention import Retention
-from signals.core.signing import Signer
 from signals.errors import InvalidInputError
 from workers.cli.args import add_common_args, int_flag, run_async, settings_from
 from workers.runtime.connect import open_client
@@ -33,8 +32,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"wm-signals ui needs the ui extra (pip install 'wm-signals[ui]'): {e}") from e
     settings = settings_from(args)
     token = args.token or os.environ.get(TOKEN_VARIABLE) or None
-    key = settings.signing_key_bytes()
-    signer = Signer(key) if key else None
+    signer = settings.signer()  # with the verification keys, as replay checks signals and delivery logs
     options = UiOptions(host=args.host, port=args.port, token=token, operator=args.operator, page=args.page,
                         retention=Retention.of(settings.retain_signals, settings.retain_age))
 
