@@ -27,7 +27,7 @@ demo: $(DEMO_STAMP)
 
 test: $(STAMP)
 	.ci/ensure-chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check signals workers tests bench examples
