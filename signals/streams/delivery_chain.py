@@ -15,8 +15,8 @@ without a gap and each chain recomputing; the stream's own count of the entries 
 added to it (``XINFO STREAM``'s ``entries-added``, which no append can lower) equal to
 the records there are, unless the log is longer than its retention (the retention's
 approximate trim removed the oldest; the windows then begin later, and the log is
-reported as not complete, never as whole). Records written before chains (no ``seq``)
-are read as before and reported as unchained.
+reported as not complete, never as whole). Records without a chain (no ``seq``)
+are read as delivery records and reported as unchained.
 
 What it does not do: it reads nothing itself; :class:`~signals.streams.deliveries.DeliveryLog`
 reads the records and ``XINFO STREAM``.

@@ -7,7 +7,7 @@
 -- ARGV 3, 4 (optional): an id and a number of entries to read in bulk, downward from that
 -- id, before walking: where many lanes walk through the same stretch of the stream (a
 -- backlog), reading it in chunks costs less than one XRANGE per step. A step whose entry
--- was not read so is one XRANGE, as before: the walk's result is the same either way.
+-- was not read so is one XRANGE of its own: the walk's result is the same either way.
 -- Returns one array per lane: the stop id the walk reached ('' when it did not: trimmed,
 -- or too far), then the ids it walked through (all genuine, newest first).
 local limit = tonumber(ARGV[1])
