@@ -14,13 +14,17 @@ from typing import Any
 
 import anyio
 
+from signals.streams.acl import ROLES
 from signals.streams.client import connect
 from signals.streams.keys import Keys
 from tests.integration.helpers import settings_for
 from workers.engine.consumer import Consumer
 from workers.runtime.worker import run_worker
 
-__all__ = ("worker_in_process",)
+__all__ = ("PASSWORDS", "worker_in_process")
+
+#: Each role's password in the test namespaces' ACL users (the ``as_role`` fixture).
+PASSWORDS = {role: f"{role}-pw" for role in ROLES}
 
 
 @asynccontextmanager

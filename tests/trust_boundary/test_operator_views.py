@@ -14,46 +14,25 @@ goes on with the others.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 from redis.asyncio import Redis
 
-from signals.streams.acl import ROLES, acl_users
-from signals.streams.client import Client, connect
+from signals.streams.client import Client
 from signals.streams.keys import Keys
 from signals.streams.progress import lagging_lanes, wait_caught_up
 from signals.streams.status import inspect
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import running_workers
+from tests.trust_boundary.support import PASSWORDS
 from workers.cli.app import main as cli_main
 from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
-PASSWORDS = {role: f"{role}-pw" for role in ROLES}
-
-
-@pytest.fixture
-async def as_role(redis_server: RedisServer, redis: Redis, keys: Keys) -> AsyncIterator[Callable[[str], Client]]:
-    """Clients of the test's namespace logged in as one of its generated ACL users."""
-    users = acl_users(keys, PASSWORDS)
-    for user, rules in users.items():
-        await redis.execute_command("ACL SETUSER", user, *rules)
-    clients: list[Client] = []
-
-    def open_as(role: str) -> Client:
-        client = connect(f"redis://{keys.namespace}-{role}:{PASSWORDS[role]}@127.0.0.1:{redis_server.port}/0")
-        clients.append(client)
-        return client
-
-    yield open_as
-    for client in clients:
-        await client.aclose()
-    for user in users:
-        await redis.execute_command("ACL DELUSER", user)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

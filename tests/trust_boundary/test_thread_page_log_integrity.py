@@ -11,7 +11,7 @@ the UI's own user.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from html import unescape
 
 import httpx
@@ -22,8 +22,7 @@ from redis.asyncio import Redis
 from signals.agent import AgentWorkingMemory
 from signals.core.codec import FIELD, encode_json
 from signals.core.signing import Signer
-from signals.streams.acl import ROLES, acl_users
-from signals.streams.client import Client, connect
+from signals.streams.client import Client
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.delivery_chain import ChainState, link
 from signals.streams.keys import Keys
@@ -35,29 +34,8 @@ from workers.ui.options import UiOptions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
-PASSWORDS = {role: f"{role}-pw" for role in ROLES}
 KEY = b"a-signing-key-of-32-bytes-here!!"
 THREAD = "t-log"
-
-
-@pytest.fixture
-async def as_role(redis_server: RedisServer, redis: Redis, keys: Keys) -> AsyncIterator[Callable[[str], Client]]:
-    """Clients of the test's namespace logged in as one of its generated ACL users."""
-    users = acl_users(keys, PASSWORDS)
-    for user, rules in users.items():
-        await redis.execute_command("ACL SETUSER", user, *rules)
-    clients: list[Client] = []
-
-    def open_as(role: str) -> Client:
-        client = connect(f"redis://{keys.namespace}-{role}:{PASSWORDS[role]}@127.0.0.1:{redis_server.port}/0")
-        clients.append(client)
-        return client
-
-    yield open_as
-    for client in clients:
-        await client.aclose()
-    for user in users:
-        await redis.execute_command("ACL DELUSER", user)
 
 
 async def _agent_calls(server: RedisServer, redis: Redis, keys: Keys, signer: Signer | None = None) -> None:
