@@ -36,7 +36,6 @@ from tests.integration.helpers import spawn_worker, wait_ready
 from workers.runtime.embedded import RedisServer
 
 ROOT = Path(__file__).parents[2]
-_SHOTS = Path(tempfile.mkdtemp(prefix="wm-signals-shots-"))
 CHROMIUM = os.environ.get("WM_SIGNALS_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("WM_SIGNALS_CHROMEDRIVER", "/usr/bin/chromedriver")
 CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -230,11 +229,8 @@ def console_problems(console: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def screenshot(driver: Any, name: str) -> Path:
-    """Write the page's screenshot to ``<name>.png``: in docs/img (used by docs/ui.md) when
-    ``WM_SIGNALS_SCREENSHOTS=docs`` is set, else in a temporary folder (a test run leaves
-    the checkout as it was)."""
-    folder = ROOT / "docs" / "img" if os.environ.get("WM_SIGNALS_SCREENSHOTS") == "docs" else _SHOTS
-    path = folder / f"{name}.png"
+    """Write the page's screenshot to docs/img/<name>.png (used by docs/ui.md)."""
+    path = ROOT / "docs" / "img" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     height = int(driver.execute_script("return document.documentElement.scrollHeight"))
     driver.set_window_size(1400, min(max(height, 600), 2400))
