@@ -38,6 +38,7 @@ async def read_document(redis: Client, keys: Keys, lane: str) -> Document | None
     Raises:
         CorruptDataError: the hash is of another type, or a field does not read.
         RedisUnavailableError: Redis could not be reached.
+        redis.exceptions.NoPermissionError: the caller's ACL refuses the read.
     """
     where = keys.doc(lane)
     try:
@@ -45,6 +46,8 @@ async def read_document(redis: Client, keys: Keys, lane: str) -> Document | None
         data, version, fmt = cast(list[str | None], reply)
     except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
         raise RedisUnavailableError(f"reading {lane}: {e}") from e
+    except redis_exc.NoPermissionError:  # the deployment's ACL, not the lane's data: raised as it is
+        raise
     except redis_exc.ResponseError as e:  # WRONGTYPE: the key is not a document hash
         raise CorruptDataError(f"{where}: {e}") from e
     if version is None:

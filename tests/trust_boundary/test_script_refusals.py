@@ -36,8 +36,6 @@ from tests.trust_boundary.support import worker_in_process
 from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
-#: Read-only commands: refusing them makes a script fail before its first write anyway.
-READS = {"hmget", "hget", "get", "type", "xrange", "xrevrange", "lrange", "xpending", "xlen"}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +56,10 @@ async def admin(server: RedisServer) -> AsyncIterator[Redis]:
 
 
 def _cases(script: str) -> list[tuple[str, str]]:
-    return [(kind, cmd) for kind, cmds in SCRIPTS[script].calls.items() for cmd in cmds if cmd not in READS]
+    """Every command the script runs, reads included, on each key kind it runs it on (the
+    keys it reads without declaring them too)."""
+    found = SCRIPTS[script]
+    return [(kind, cmd) for kind, cmds in (*found.calls.items(), *found.reads.items()) for cmd in cmds]
 
 
 def test_the_narrowing_takes_away_exactly_one_command_on_one_kind() -> None:
@@ -78,8 +79,10 @@ async def test_narrowed_rules_refuse_that_command_only(admin: Redis) -> None:
 @pytest.mark.parametrize(("kind", "command"), _cases("write"))
 async def test_a_write_refused_later_writes_nothing(server: RedisServer, admin: Redis, kind: str,
                                                    command: str) -> None:
-    """The write script with one of its commands refused on one kind: the write raises and
-    nothing is written (a retry then writes once), or it succeeds."""
+    """The write script with one of its commands refused on one kind, reads included: the
+    write raises an ACL refusal naming the command (a refused read is not a key of another
+    type, which an operator would delete) and nothing is written (a retry then writes
+    once), or it succeeds."""
     async with worker_in_process(url(server, "worker"), KEYS):  # loads the library
         pass
     writer = connect(url(server, "writer"))
@@ -90,8 +93,9 @@ async def test_a_write_refused_later_writes_nothing(server: RedisServer, admin: 
         before = await state(admin)
         try:
             await store.replace("alice", "# Alice\n- v2", thread_id="t2", scope="thread", idempotency_key="k1")
-        except (WmSignalsError, redis_exc.RedisError):
+        except (WmSignalsError, redis_exc.RedisError) as e:
             assert await state(admin) == before, "a refused write changed something"
+            assert isinstance(e, redis_exc.NoPermissionError) and command in str(e).lower(), repr(e)
             await restore(admin, "writer")
             await store.replace("alice", "# Alice\n- v2", thread_id="t2", scope="thread", idempotency_key="k1")
         await restore(admin, "writer")
@@ -160,29 +164,52 @@ async def _writes(store: WorkingMemoryStore, lanes: int, version: int) -> None:
         await store.replace(f"user{i}", f"# user {i}\n" + "".join(f"- fact {v}\n" for v in range(version)))
 
 
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
 @pytest.mark.parametrize(("kind", "command"), COMMIT_CASES)
 async def test_a_commit_refused_later_signals_each_version_once(server: RedisServer, admin: Redis, kind: str,
                                                               command: str) -> None:
     """The worker's ACL without one command on one kind for a while (writes go on, retention
     trims at every snapshot): no signal is appended without its tracking; once the ACL is
-    whole again every lane is signalled once per version, and rebuilds its document."""
+    whole again every lane is signalled once per version, and rebuilds its document. A
+    command the worker also runs itself (TYPE of the write streams) stops it, naming it:
+    that is the outcome then, with nothing half done."""
     writer = connect(url(server, "writer"))
     store = WorkingMemoryStore(writer, keys=KEYS)
     options: dict[str, Any] = {"retain_signals": 2, "max_attempts": 1000}
+    stopped: list[BaseException] = []
+    written = anyio.Event()
+
+    async def narrowed_worker() -> None:
+        try:
+            async with worker_in_process(url(server, "worker"), KEYS, **options):
+                await written.wait()
+        except* redis_exc.NoPermissionError as group:
+            stopped.extend(_leaves(group))
+
     try:
         async with worker_in_process(url(server, "worker"), KEYS, **options):
             await _writes(store, 6, 1)
             await wait_caught_up(admin, KEYS)
-            await narrow(admin, "worker", kind, command)
+        await narrow(admin, "worker", kind, command)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(narrowed_worker)
             for version in range(2, 5):
                 await _writes(store, 6, version)
                 await anyio.sleep(0.3)
-            for i in range(6):  # no signal beyond what the tracking names
-                lane = f"r:user{i}"
-                last = await admin.xrevrange(KEYS.signals(lane), count=1)
-                tail = await admin.hget(KEYS.track(lane), "tail")
-                assert (last[0][0] if last else None) == tail, (lane, "a signal without its tracking")
-            await restore(admin, "worker")
+            written.set()
+        for i in range(6):  # no signal beyond what the tracking names
+            lane = f"r:user{i}"
+            last = await admin.xrevrange(KEYS.signals(lane), count=1)
+            tail = await admin.hget(KEYS.track(lane), "tail")
+            assert (last[0][0] if last else None) == tail, (lane, "a signal without its tracking")
+        assert all(command in str(e).lower() for e in stopped), stopped
+        await restore(admin, "worker")
+        async with worker_in_process(url(server, "worker"), KEYS, **options):
             await wait_caught_up(admin, KEYS)
         for i in range(6):
             signals = await check_lane(admin, KEYS, f"r:user{i}")

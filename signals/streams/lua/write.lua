@@ -24,24 +24,30 @@
 -- then: Redis does not roll a script back, so a key of another type (a WRONGTYPE error half
 -- way) would leave the write half done. The keys read first are read with pcall (their
 -- error is the check); the lanes set is only written, so its type is checked. A key of
--- another type is refused as {'type', key}, naming it.
+-- another type is refused as {'type', key}, naming it. Every read comes before the first
+-- write; a read the caller's ACL refuses fails the write as it is, naming the command and
+-- the key (never as a key of another type: an operator would delete it), and the commands
+-- that write are asked of the ACL before the first of them (see _checks.lua).
 local function failed(reply)
   return type(reply) == 'table' and reply.err ~= nil
 end
-local function mistyped(key, want)
-  local t = redis.call('TYPE', key)['ok']
-  return t ~= 'none' and t ~= want
+-- the answer to a read that failed: {'type', key}, or the error (checked: the read is the
+-- command probed, with its arguments)
+local function read_failed(reply, ...)
+  local key = select(2, ...)
+  if string.find(reply.err, 'WRONGTYPE', 1, true) then return {'type', key} end
+  return redis.error_reply(refused(...) or reply.err)
 end
 local claim = false -- the thread's owner record, created once the write is sure
 if ARGV[6] ~= '' then -- before the idempotency key: another resource's retry is refused too
   local owner = redis.pcall('HGET', KEYS[4], 'resource')
-  if failed(owner) then return {'type', KEYS[4]} end
+  if failed(owner) then return read_failed(owner, 'HGET', KEYS[4], 'resource') end
   if owner and owner ~= ARGV[6] then return {'owner', owner} end
   claim = not owner
 end
 if KEYS[3] ~= KEYS[1] then
   local prev = redis.pcall('GET', KEYS[3])
-  if failed(prev) then return {'type', KEYS[3]} end
+  if failed(prev) then return read_failed(prev, 'GET', KEYS[3]) end
   if prev then
     -- '<version> <request fingerprint>' (a key stored before fingerprints: '<version>'),
     -- returned as it is stored: the caller checks it, and confirms it unchanged
@@ -51,7 +57,7 @@ end
 local CHAIN_IDS = 128
 local BLOCK_BYTES = CHAIN_IDS / 2 * 16 -- ids of this time's length (13 digits, '-', a short sequence) and a space
 local cur = redis.pcall('HMGET', KEYS[1], 'version', 'format', 'eid', 'chain')
-if failed(cur) then return {'type', KEYS[1]} end
+if failed(cur) then return read_failed(cur, 'HMGET', KEYS[1], 'version') end
 -- a decimal integer of at most 16 digits, as every reader parses it (tonumber also takes
 -- '0.5', '1e400', '0x1' and ' 1': a conflict then named 'inf' or '1e+20', and '0x1' passed
 -- the compare-and-set as version 1)
@@ -61,7 +67,9 @@ local version = tonumber(cur[1] or '0')
 -- as '1e+14'
 if version ~= tonumber(ARGV[1]) then return {'conflict', cur[1] or '0'} end
 if cur[2] and cur[2] ~= ARGV[4] then return {'format', cur[2]} end
-if mistyped(KEYS[5], 'set') then return {'type', KEYS[5]} end
+local lanes = redis.pcall('TYPE', KEYS[5])
+if failed(lanes) then return read_failed(lanes, 'TYPE', KEYS[5]) end
+if lanes['ok'] ~= 'none' and lanes['ok'] ~= 'set' then return {'type', KEYS[5]} end
 -- every command below may run (the caller's ACL), or nothing is written
 local checks = {{'XADD', KEYS[2], '*', 'e', 'x'}, {'HSET', KEYS[1], 'f', 'v'}, {'HDEL', KEYS[1], 'f'},
   {'SADD', KEYS[5], 'x'}}
