@@ -24,8 +24,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from redis import exceptions as redis_exc
@@ -33,11 +32,11 @@ from redis.asyncio import Redis
 
 from signals.core.lane import LaneDocument, LaneTracking
 from signals.core.retention import Retention
-from signals.streams.acl import ROLES, SCRIPTS
+from signals.streams.acl import SCRIPTS
 from signals.streams.client import connect
 from signals.streams.scripts import ServerScript, ensure_loaded
 from signals.streams.store import WorkingMemoryStore
-from tests.trust_boundary.narrowed_acl import KEYS, narrow, restore, start_server, state, url
+from tests.trust_boundary.narrowed_acl import KEYS, narrow, restore, state, url
 from workers.engine.commit import BatchStats, LaneCommit
 from workers.engine.commit_call import run_commits
 from workers.engine.consumer import Consumer
@@ -72,22 +71,11 @@ THREAD = _thread(SECOND)
 ORDER = [f"r:{MOVED}", f"r:{REPLACED}", f"t:{THREAD}", f"r:{STRAY}", f"r:{REPAIRED}"]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    srv = start_server(tmp_path_factory.mktemp("commit-refusals"))
-    yield srv
-    srv.stop()
-
-
 @pytest.fixture
-async def admin(server: RedisServer) -> AsyncIterator[Redis]:
-    client = cast(Redis, connect(url(server, "admin")))
-    await client.flushall()
-    for role in ROLES:  # each test starts from the generated ACL
-        await restore(client, role)
-    await ensure_loaded(client)
-    yield client
-    await client.aclose()
+async def admin(admin: Redis) -> Redis:
+    """The conftest's admin, with the project's functions loaded (the calls here are made as the worker)."""
+    await ensure_loaded(admin)
+    return admin
 
 
 def _doc(n: int) -> str:

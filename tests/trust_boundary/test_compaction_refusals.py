@@ -16,20 +16,18 @@ verifies against its document.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import cast
 
 import anyio
 import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from signals.streams.acl import ROLES, SCRIPTS
+from signals.streams.acl import SCRIPTS
 from signals.streams.client import connect
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.verify import verify_lane
 from tests.integration.helpers import check_lane, wait_caught_up
-from tests.trust_boundary.narrowed_acl import KEYS, narrow, restore, start_server, state, url
+from tests.trust_boundary.narrowed_acl import KEYS, narrow, restore, state, url
 from tests.trust_boundary.support import worker_in_process
 from workers.engine.compaction import Compactor
 from workers.runtime.embedded import RedisServer
@@ -40,23 +38,6 @@ LINES = [f"- fact {i}: long enough to make a delta worth sending" for i in range
 RESOURCES = [r for r in (f"user{i}" for i in range(100)) if KEYS.partition(f"r:{r}") == 0][:8]
 #: Every command compact.lua runs, on each key kind it runs it on.
 CASES = [(kind, cmd) for kind, cmds in SCRIPTS["compact"].calls.items() for cmd in cmds]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    srv = start_server(tmp_path_factory.mktemp("compaction-refusals"))
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-async def admin(server: RedisServer) -> AsyncIterator[Redis]:
-    client = cast(Redis, connect(url(server, "admin")))
-    await client.flushall()
-    for role in ROLES:  # each test starts from the generated ACL
-        await restore(client, role)
-    yield client
-    await client.aclose()
 
 
 def _doc(n: int) -> str:

@@ -14,8 +14,7 @@ commit plans (a retry of a half-done commit); anything else is snapshotted past.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import pytest
@@ -25,34 +24,17 @@ from redis.asyncio import Redis
 from signals.core.codec import FIELD, encode_json
 from signals.core.models import DeadLetter, WriteEvent
 from signals.errors import WmSignalsError
-from signals.streams.acl import ROLES, SCRIPTS
+from signals.streams.acl import SCRIPTS
 from signals.streams.client import connect
 from signals.streams.deadletters import DeadLetters
 from signals.streams.keys import GROUP
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, wait_caught_up
-from tests.trust_boundary.narrowed_acl import KEYS, narrow, narrowed, restore, start_server, state, url
+from tests.trust_boundary.narrowed_acl import KEYS, narrow, narrowed, restore, state, url
 from tests.trust_boundary.support import worker_in_process
 from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    srv = start_server(tmp_path_factory.mktemp("refusals"))
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-async def admin(server: RedisServer) -> AsyncIterator[Redis]:
-    client = cast(Redis, connect(url(server, "admin")))
-    await client.flushall()
-    for role in ROLES:  # each test starts from the generated ACL
-        await restore(client, role)
-    yield client
-    await client.aclose()
 
 
 def _cases(script: str) -> list[tuple[str, str]]:
