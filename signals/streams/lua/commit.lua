@@ -319,7 +319,7 @@ end
 -- (a command refused after the first write: Redis does not roll a script back) left
 -- signals after the tail the tracking names. The worker retrying it plans the same
 -- signals again: when the entries after the tail are the first of the signals this commit
--- would append (the same versions, cacheKeys, modes and write versions, in order), the
+-- would append (the same JSON, byte for byte but the emission time, in order), the
 -- tracking is repaired from the last of them (version, cacheKey, mode, write version,
 -- signals since the snapshot, tail) instead of appending them again; the worker then
 -- plans the lane anew from there. Anything else after the tail (a signal some other
@@ -327,6 +327,11 @@ end
 -- proves nothing) is never adopted: the lane is re-snapshotted past it ('resnap').
 -- Returns whether it repaired the tracking.
 local adopt_max = 16
+-- A signal's JSON without its emittedAt field (the worker's encoding puts it after the
+-- ids; a quote inside a string value is escaped, so only the field itself matches).
+local function untimed(payload)
+  return (string.gsub(payload, ',"emittedAt":"[^"]*"', '', 1))
+end
 local function adopt(trk, sig, lane)
   if lane.tail ~= '' and not is_id(lane.tail) then return false end
   local cur = redis.call('HMGET', trk, 'v', 'n')
@@ -339,22 +344,19 @@ local function adopt(trk, sig, lane)
   if #after == 0 or #after > limit then return false end
   local last = nil
   for k, entry in ipairs(after) do
-    local payload = nil
-    for f = 1, #entry[2] - 1, 2 do
-      if entry[2][f] == 'e' then payload = entry[2][f + 1] end
-    end
-    if type(payload) ~= 'string' then return false end
-    local ok, signal = pcall(cjson.decode, payload)
-    local planned = cjson.decode(lane.signals[k]) -- the worker's own JSON
-    if not ok or type(signal) ~= 'table' or signal.id ~= 'working-memory' or signal.version ~= v + 1
-        or type(signal.cacheKey) ~= 'string' or type(signal.writeVersion) ~= 'number'
-        or signal.version ~= planned.version or signal.cacheKey ~= planned.cacheKey
-        or signal.mode ~= planned.mode or signal.writeVersion ~= planned.writeVersion then
+    -- the entry holds the planned signal's JSON, byte for byte but its emission time (a
+    -- retry stamps its own), and no other field; with a MAC planned, that MAC (which covers
+    -- the time: a signed lane adopts nothing, it is re-snapshotted)
+    local fields, mac = entry[2], lane.macs[k] or ''
+    if #fields ~= (mac == '' and 2 or 4) or fields[1] ~= 'e' or type(fields[2]) ~= 'string'
+        or untimed(fields[2]) ~= untimed(lane.signals[k]) or (mac ~= '' and (fields[3] ~= 'm' or fields[4] ~= mac)) then
       return false
     end
+    local planned = cjson.decode(lane.signals[k]) -- the worker's own JSON
+    if planned.version ~= v + 1 then return false end
     v = v + 1
-    if signal.mode == 'snapshot' then n = 1 elseif signal.mode == 'delta' then n = n + 1 else return false end
-    last = {entry[1], signal}
+    if planned.mode == 'snapshot' then n = 1 else n = n + 1 end
+    last = {entry[1], planned}
   end
   local signal = last[2]
   redis.call('HSET', trk, 'v', v, 'ck', signal.cacheKey, 'mode', signal.mode,
