@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import anyio
@@ -90,26 +91,33 @@ def test_flags_that_cannot_run_together_are_refused(config: McpConfig, needle: s
         config.check()
 
 
-def test_a_changed_tokens_file_takes_effect_and_a_broken_one_keeps_the_tokens_held(tmp_path: Path) -> None:
+def test_a_changed_tokens_file_takes_effect_and_a_broken_or_missing_one_fails_closed(tmp_path: Path) -> None:
     """A token revoked or added in the file takes effect at the next request after the
-    check interval; a change that breaks a rule (or removes the file) is not taken: the
-    tokens held stay, and the error is logged."""
+    check interval, however the file's timestamps move; a file that breaks a rule or is
+    removed refuses every token until it is valid again (revocation never fails open),
+    and the error is logged once per change."""
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"secret-for-alice-123": "alice"}))
     verifier = TokenFileVerifier(str(path), check_every_s=0)
+    stamp = path.stat()
 
     async def check() -> None:
         assert await verifier.verify_token("secret-for-alice-123") is not None
-        path.write_text(json.dumps({"secret-for-carol-123": "carolyn"}))  # another size: a coarse mtime tells nothing
+        path.write_text(json.dumps({"secret-for-carol-123": "carol"}))  # the same size
+        os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # and the same timestamps
         assert await verifier.verify_token("secret-for-alice-123") is None, "revoked"
         carol = await verifier.verify_token("secret-for-carol-123")
-        assert carol is not None and carol.subject == "carolyn"
+        assert carol is not None and carol.subject == "carol"
         with structlog.testing.capture_logs() as logs:
             path.write_text('{"short": "alice"}')
-            assert await verifier.verify_token("secret-for-carol-123") is not None, "a broken file is not taken"
+            assert await verifier.verify_token("secret-for-carol-123") is None, "a broken file fails closed"
+            assert await verifier.verify_token("secret-for-carol-123") is None
             path.unlink()
-            assert await verifier.verify_token("secret-for-carol-123") is not None, "nor a missing one"
+            assert await verifier.verify_token("secret-for-carol-123") is None, "so does a missing one"
+            assert await verifier.verify_token("secret-for-carol-123") is None
         failed = [e for e in logs if e["event"] == "mcp.tokens_reload_failed"]
         assert len(failed) == 2 and "at least 16" in failed[0]["error"], logs
+        path.write_text(json.dumps({"secret-for-carol-123": "carol"}))
+        assert await verifier.verify_token("secret-for-carol-123") is not None, "valid again"
 
     anyio.run(check)

@@ -20,7 +20,6 @@ own verifier (JWT, introspection) plugs in the same way, putting the resource id
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 from pathlib import Path
@@ -50,7 +49,7 @@ def token_digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
-def _entries(path: str) -> dict[str, Any]:
+def _read(path: str) -> bytes:
     try:
         with Path(path).open("rb") as file:
             data = file.read(MAX_FILE_BYTES + 1)
@@ -58,6 +57,10 @@ def _entries(path: str) -> dict[str, Any]:
         raise InvalidInputError(f"--tokens-file {path}: {e.strerror or e}") from e
     if len(data) > MAX_FILE_BYTES:
         raise InvalidInputError(f"--tokens-file {path}: larger than {MAX_FILE_BYTES:,} bytes")
+    return data
+
+
+def _entries(path: str, data: bytes) -> dict[str, Any]:
     try:
         parsed = decode_json(data)
     except msgspec.DecodeError as e:
@@ -67,15 +70,17 @@ def _entries(path: str) -> dict[str, Any]:
     return parsed
 
 
-def load_tokens(path: str) -> dict[bytes, str]:
-    """Token digest -> resource id, from a tokens file (see the module).
+def load_tokens(path: str, data: bytes | None = None) -> dict[bytes, str]:
+    """Token digest -> resource id, from a tokens file (see the module), or from ``data``
+    when given (the file's bytes, read already).
 
     Raises:
         InvalidInputError: unreadable, not a JSON object, a short token, a malformed
             ``sha256:`` key, a resource id that is not valid, or a token listed twice.
     """
     out: dict[bytes, str] = {}
-    for number, (token, resource) in enumerate(_entries(path).items(), start=1):
+    entries = _entries(path, _read(path) if data is None else data)
+    for number, (token, resource) in enumerate(entries.items(), start=1):
         where = f"--tokens-file {path}, entry {number}"
         hashed = _HASHED.fullmatch(token)
         if token.startswith("sha256:") and hashed is None:
@@ -93,32 +98,25 @@ def load_tokens(path: str) -> dict[bytes, str]:
     return out
 
 
-def _stamp(path: str) -> tuple[int, int, int] | None:
-    """What tells a changed file: its inode, size and modification time (``None``: unreadable)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
 class TokenFileVerifier:
     """The SDK's ``TokenVerifier`` over a tokens file, read at construction (a bad file is
     refused then) and again when it changes.
 
-    At most once per ``check_every_s`` a request looks at the file's inode, size and
-    modification time; when they changed, the file is read again and its tokens replace
-    the ones held, so a token added or revoked takes effect at the next request (an open
-    stream stays open: its token was checked when it opened). A file changed into one that is
-    missing or breaks a rule is not taken: the tokens held stay, and
-    ``mcp.tokens_reload_failed`` is logged (an error) naming what is wrong, once per change.
+    At most once per ``check_every_s`` a request reads the file again (its SHA-256 tells a
+    change, whatever its timestamps say); when it changed, its tokens replace the ones held,
+    so a token added or revoked takes effect at the next request (an open stream stays
+    open: its token was checked when it opened). A file that goes missing or breaks a
+    rule fails closed: every token is refused until the file is valid again, and
+    ``mcp.tokens_reload_failed`` is logged (an error) naming what is wrong, once per change
+    (deleting the file, or emptying it, revokes every token at once).
     """
 
     def __init__(self, path: str, *, check_every_s: float = 1.0) -> None:
         self._path = path
         self._check_every_s = check_every_s
-        self._stamp = _stamp(path)
-        self._resources = load_tokens(path)
+        data = _read(path)
+        self._resources = load_tokens(path, data)
+        self._digest: bytes | None = hashlib.sha256(data).digest()
         self._checked = time.monotonic()
 
     @property
@@ -131,20 +129,25 @@ class TokenFileVerifier:
         if now - self._checked < self._check_every_s:
             return
         self._checked = now
-        stamp = _stamp(self._path)
-        if stamp == self._stamp:
-            return
-        self._stamp = stamp  # a bad file is reported once, not at every request
         try:
-            resources, problem = load_tokens(self._path), None
-        except InvalidInputError as e:
-            resources, problem = self._resources, str(e)
-        if problem is not None:
-            log.error("mcp.tokens_reload_failed", error=problem, kept=len(self._resources),
-                      note="the tokens held before stay in force until the file is valid again")
+            data = _read(self._path)
+            digest: bytes | None = hashlib.sha256(data).digest()
+        except InvalidInputError:
+            data, digest = b"", None
+        if digest == self._digest and digest is not None:
             return
+        was_missing = self._digest is None
+        self._digest = digest
+        try:
+            resources, problem = load_tokens(self._path, data if digest is not None else None), None
+        except InvalidInputError as e:
+            resources, problem = {}, str(e)
         self._resources = resources
-        log.info("mcp.tokens_reloaded", path=self._path, tokens=len(resources))
+        if problem is None:
+            log.info("mcp.tokens_reloaded", path=self._path, tokens=len(resources))
+        elif not (was_missing and digest is None):  # reported once, not at every check
+            log.error("mcp.tokens_reload_failed", error=problem,
+                      note="every token is refused until the file is valid again")
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """The access token of a known bearer token (its resource id as ``subject``), else ``None``."""
