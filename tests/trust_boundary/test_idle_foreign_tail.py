@@ -193,8 +193,8 @@ async def test_a_foreign_tail_is_found_when_a_page_of_stream_ends_is_over_the_re
 async def test_a_running_workers_maintenance_repairs_idle_foreign_tails_and_nothing_else(
     redis_server: RedisServer, redis: Redis, keys: Keys,
 ) -> None:
-    """Idle lanes with forged snapshots and junk after their tails, and an untouched idle
-    lane, under a running worker with a short maintenance interval: the tampered lanes are
+    """Idle lanes (a thread lane among them) with forged snapshots and junk after their
+    tails, and an untouched idle lane, under a running worker with a short maintenance interval: the tampered lanes are
     re-snapshotted (retention, one signal, then starts their streams at that snapshot: the
     whole history verifies), none is signalled again at later passes, and the untouched
     lane gets no new signal."""
@@ -204,6 +204,8 @@ async def test_a_running_workers_maintenance_repairs_idle_foreign_tails_and_noth
     async with worker_in_process(redis_server.url, keys, **options):
         for lane in [*tampered, "r:untouched"]:
             await store.replace(lane.removeprefix("r:"), TEXT)
+        await store.replace("owner", TEXT, thread_id="thread1", scope="thread")
+        tampered["t:thread1"] = "junk"
         await wait_caught_up(redis, keys)
         untouched = await redis.xrange(keys.signals("r:untouched"))
         for lane, what in tampered.items():
