@@ -185,7 +185,8 @@ _WORKER = Role(("commit", "compact", "chain", "dead_letter", "leave", "claim"), 
     "thread": R("hget"),
     "trk": RW("hmget"),
     # the tracking cache rebuilds a delta base from the last signal or the last snapshot on;
-    # compaction reads the lanes' stream lengths
+    # compaction reads the lanes' stream lengths; reconciliation each lane's last entry (is
+    # it the tracking's tail?)
     "sig": R("xrevrange", "xrange", "xlen"),
     # compaction sweeps the lane registry, and so does reconciliation (workers.engine.reconcile)
     "lanes": R("sscan"),

@@ -1,6 +1,7 @@
 """The worker's recovery paths: its own pending entries after a restart, entries a dead
 consumer left (XAUTOCLAIM), entries too large to read, and lanes whose write event is
-gone from the stream (reconciled from their documents).
+gone from the stream or whose signal stream does not end at their tracked tail
+(reconciled from their documents).
 
 Each path hands what it finds to the consumer's one processing pipeline
 (:class:`~workers.engine.consumer.Consumer` mixes this in), so a recovered entry is
@@ -133,23 +134,31 @@ class Recovery(GroupReader):
 
     async def reconcile(self) -> BatchStats:
         """Signal lanes whose document is ahead of their signals and whose write event is
-        gone from the write stream (trimmed by a role that may append: see
-        :mod:`workers.engine.reconcile`), a page of each partition's lanes per call, through the
-        commit path: a catch-up of each document, compare-and-set on its tracking."""
+        gone from the write stream (trimmed by a role that may append), and re-snapshot
+        lanes whose signal stream does not end at their tracking's tail (someone else
+        appended: see :mod:`workers.engine.reconcile`), a page of each partition's lanes per
+        call, through the commit path: a catch-up of each document, compare-and-set on its
+        tracking, the tail checked by the commit script."""
         if self._scanner is None:
             partitions = [p for p in range(self.keys.partitions) if p % self.shard[1] == self.shard[0]]
             self._scanner = Scanner(self.redis, self.keys, partitions)
-        orphans = await self._scanner.next_page()
-        if not orphans:
+        found = await self._scanner.next_page()
+        if not found:
             return BatchStats()
-        entries = [await catch_up_entry(self.redis, self.keys, orphan) for orphan in orphans]
-        log.warning("worker.lanes_reconciled", lanes=[o.lane for o in orphans][:20], count=len(orphans),
-                    note="document ahead of its signals with its write event gone from the stream")
-        METRICS.add("reconciled_lanes", len(orphans))
+        entries = [await catch_up_entry(self.redis, self.keys, lane) for lane in found]
+        orphans = [o.lane for o in found if not o.foreign_tail]
+        foreign = [(o.lane, o.tail, o.last) for o in found if o.foreign_tail]
+        if orphans:
+            log.warning("worker.lanes_reconciled", lanes=orphans[:20], count=len(orphans),
+                        note="document ahead of its signals with its write event gone from the stream")
+        if foreign:
+            log.warning("worker.foreign_tails", lanes=foreign[:20], count=len(foreign),
+                        note="signal stream not ending at the tracked tail: re-snapshotted past it")
+        METRICS.add("reconciled_lanes", len(found))
         stats = BatchStats()
         await self._passes(entries, stats, None)
         self.stats.add(stats)
-        left = await self._scanner.still_orphaned(orphans)
+        left = await self._scanner.still_orphaned(found)
         if left:  # a fault of the lane: not tried again until its document moves
             log.warning("worker.reconcile_failed", lanes=[o.lane for o in left][:20], count=len(left))
             self._scanner.skip(left)

@@ -97,7 +97,8 @@ class MetricsCollector(Collector):
                  "lanes_compacted": "Idle lanes compacted to one snapshot by the maintenance.",
                  "compaction_entries_removed": "Signal stream entries removed by compaction.",
                  "reconciled_lanes": "Lanes signalled up to their document after their write event was trimmed "
-                                     "from the write stream."}
+                                     "from the write stream, or re-snapshotted past a foreign tail of "
+                                     "their signal stream."}
         for name, value in zip(COUNTERS, take(len(COUNTERS)), strict=True):
             yield CounterMetricFamily(PREFIX + name, helps[name], value=value)
         yield _histogram("batch_duration_seconds", "Seconds to process one batch of write events.",
