@@ -15,13 +15,17 @@ from redis.asyncio import Redis
 
 from signals.streams.client import connect
 from signals.streams.keys import Keys
+from tests.ports import free_port
+from workers.runtime import embedded
 from workers.runtime.embedded import RedisServer
 from workers.runtime.logging import configure_logging
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Library log events below warning are noise in test output."""
+    """Library log events below warning are noise in test output; servers started in this
+    process take their ports from its own range (see :mod:`tests.ports`)."""
     configure_logging("console", "warning", force=True)
+    embedded.free_port = free_port  # RedisServer's default, and every test module's import of it
 
 
 @pytest.fixture

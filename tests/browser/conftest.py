@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from signals.streams.history import first_signal
 from signals.streams.progress import wait_caught_up
 from tests.browser.scenario import scripted_run
 from tests.integration.helpers import spawn_worker, wait_ready
+from tests.ports import free_port
 from workers.runtime.embedded import RedisServer
 
 ROOT = Path(__file__).parents[2]
@@ -76,11 +76,6 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

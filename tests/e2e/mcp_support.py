@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,10 +36,6 @@ def tokens_file(directory: Path, tokens: dict[str, str] | None = None) -> str:
     return str(path)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def spawn_mcp_http(url: str, keys: Keys, port: int, tokens: str, *extra: str) -> subprocess.Popen[bytes]:

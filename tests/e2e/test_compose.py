@@ -35,8 +35,9 @@ from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, wait_caught_up
+from tests.ports import free_port
 from workers.deploy import kubernetes
-from workers.runtime.embedded import find_redis_server, free_port
+from workers.runtime.embedded import find_redis_server
 from workers.runtime.settings import Settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]

@@ -26,7 +26,6 @@ from tests.e2e.mcp_support import (
     BOB,
     CAROL,
     cli,
-    free_port,
     http_client,
     log_of,
     spawn_mcp_http,
@@ -35,6 +34,7 @@ from tests.e2e.mcp_support import (
     wait_listening,
 )
 from tests.integration.helpers import spawn_worker, wait_ready
+from tests.ports import free_port
 from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis,

@@ -36,7 +36,8 @@ from signals.streams.store import WorkingMemoryStore
 from tests.e2e.test_debugging_empty_lanes import wm
 from tests.integration.helpers import running_workers, wait_caught_up
 from tests.integration.test_ops import _http, _metrics, _ready, _spawn, _until
-from workers.runtime.embedded import RedisServer, free_port
+from tests.ports import free_port
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 

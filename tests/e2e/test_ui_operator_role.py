@@ -26,9 +26,9 @@ from signals.streams.acl import ROLES, acl_file
 from signals.streams.client import connect
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
-from tests.browser.conftest import free_port
 from tests.browser.scenario import scripted_run
 from tests.integration.helpers import running_workers, wait_caught_up
+from tests.ports import free_port
 from workers.runtime.embedded import RedisServer
 
 pytestmark = pytest.mark.redis

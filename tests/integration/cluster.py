@@ -9,7 +9,6 @@ package ships too (Redis 6.2: no ADDSLOTSRANGE, no --cluster-port, so the bus is
 
 from __future__ import annotations
 
-import random
 import socket
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from types import TracebackType
 import anyio
 from redis.asyncio import Redis
 
+from tests.ports import free_port
 from workers.runtime.embedded import RedisServer
 
 __all__ = ("LocalCluster",)
@@ -28,10 +28,9 @@ SLOTS = 16384
 def _free_port_pair() -> int:
     """A port P with P and its cluster bus port P + 10000 both free on 127.0.0.1."""
     for _ in range(500):
-        port = random.randint(20_000, 30_000)
+        port = free_port()  # this test process's own range (tests.ports): the bus port is outside every range
         try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
+            with socket.socket() as b:
                 b.bind(("127.0.0.1", port + 10_000))
         except OSError:
             continue

@@ -26,7 +26,8 @@ from types import TracebackType
 from redis import Redis as SyncRedis
 from redis import exceptions as redis_exc
 
-from workers.runtime.embedded import RedisServer, find_redis_server, free_port
+from tests.ports import free_port
+from workers.runtime.embedded import RedisServer, find_redis_server
 
 __all__ = ("MASTER_NAME", "LocalSentinels")
 

@@ -23,7 +23,7 @@ from signals.streams.client import connect
 from signals.streams.keys import Keys
 from signals.streams.scripts import ensure_loaded
 from signals.streams.store import WorkingMemoryStore
-from workers.runtime.embedded import free_port
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 PASSWORDS = {role: f"{role}-{secrets.token_hex(4)}" for role in ROLES}

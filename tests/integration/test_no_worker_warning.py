@@ -21,7 +21,7 @@ from signals.streams.keys import GROUP, Keys
 from signals.streams.redis_errors import RedisConnectionError
 from signals.streams.served import unserved_reason
 from tests.integration.helpers import running_workers, wait_caught_up
-from workers.runtime.embedded import free_port
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 

@@ -27,9 +27,10 @@ from signals.streams.progress import wait_caught_up
 from signals.streams.replay import read_signals
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import spawn_worker, wait_ready
+from tests.ports import free_port
 from workers.ops.health import Board, Monitor, check_heartbeat
 from workers.ops.metrics import Layout, WorkerMetrics
-from workers.runtime.embedded import RedisServer, free_port
+from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ROOT = Path(__file__).parents[2]

@@ -43,7 +43,7 @@ from signals.streams.client import connect
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, wait_caught_up
-from workers.runtime.embedded import free_port
+from tests.ports import free_port
 
 pytestmark = [
     pytest.mark.anyio, pytest.mark.redis, pytest.mark.soak, pytest.mark.timeout(900),
