@@ -50,7 +50,7 @@ from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError
 from signals.streams.client import Client
 from signals.streams.delivery_chain import ChainState, LogIntegrity, check_chain, link
 from signals.streams.keys import Keys, validate_id
-from signals.streams.redis_errors import ids_exhausted, is_wrong_type
+from signals.streams.redis_errors import ReplyTooLargeError, ids_exhausted, is_wrong_type
 from signals.streams.replay import RawEntry, xrange_entries
 
 __all__ = ("NO_WINDOW", "DeliveryLog", "LogIntegrity", "ModelView", "decode_record", "rebuild_texts")
@@ -133,14 +133,19 @@ class DeliveryLog:
 
     async def integrity(self, thread_id: str) -> LogIntegrity:
         """Whether the thread's log is whole: its records' chains and the stream's count of
-        entries ever added (see :mod:`signals.streams.delivery_chain`).
+        entries ever added (see :mod:`signals.streams.delivery_chain`), and every record's
+        text (:func:`rebuild_texts`): an entry that is not a record of this thread, or does
+        not rebuild, makes the log tampered, named in ``problems`` and ``flagged``.
 
         Raises:
-            CorruptDataError: an entry is not a delivery record of this thread (names it).
+            CorruptDataError: the log's key holds something other than a stream.
         """
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
-        records = await self._entries(thread_id)
-        added: int | None = None
+        foreign: list[tuple[str, str]] = []
+        records = await self._entries(thread_id, faults=foreign)
+        faults = list(foreign)
+        rebuild_texts(stream, records, faults=faults)
+        added: int | None = 0  # no key: nothing was ever added
         try:
             info = await self.redis.xinfo_stream(stream)
         except redis_exc.ResponseError as e:
@@ -149,8 +154,12 @@ class DeliveryLog:
         else:
             value = info.get("entries-added") if isinstance(info, dict) else None
             added = value if isinstance(value, int) else None
-        return check_chain(records, entries_added=added, retention=self.retention, key=self.key,
-                           verify_keys=self.verify_keys)
+        found = check_chain(records, entries_added=added, retention=self.retention, key=self.key,
+                            verify_keys=self.verify_keys, others=len(foreign))
+        if not faults:
+            return found
+        problems = tuple(f"entry {entry_id}: {why}" for entry_id, why in faults)
+        return LogIntegrity(False, True, (*problems, *found.problems), (*faults, *found.flagged))
 
     async def read(self, thread_id: str, *, from_step: int = 0, to_step: int | None = None) -> list[Delivery]:
         """The thread's retained deliveries in order, optionally within a step range, each
@@ -201,18 +210,29 @@ class DeliveryLog:
             if passed:  # one line for the lot: a log full of junk must not flood the agent's log
                 log.warning("deliveries.bad_records", stream=stream, passed_over=passed, first_problem=problem[:300])
 
-    async def _entries(self, thread_id: str, from_step: int = 0,
-                       to_step: int | None = None) -> list[tuple[str, Delivery]]:
+    async def _entries(self, thread_id: str, from_step: int = 0, to_step: int | None = None, *,
+                       faults: list[tuple[str, str]] | None = None) -> list[tuple[str, Delivery]]:
+        """The log's records; with ``faults``, an entry that is not one is added there and left out."""
         stream = self.keys.deliveries(validate_id(thread_id, "thread id"))
         out: list[tuple[str, Delivery]] = []
-        cursor = "-"
+        cursor, count = "-", 1000
         while True:
-            entries = await xrange_entries(self.redis, stream, start=cursor, count=1000)
+            try:
+                entries = await xrange_entries(self.redis, stream, start=cursor, count=count)
+            except ReplyTooLargeError:  # large records (a bounded client): fewer a read, down to one
+                if count == 1:
+                    raise
+                count = max(1, count // 4)
+                continue
             for entry in entries:
-                record = decode_record(stream, thread_id, entry)
+                try:
+                    record = decode_record(stream, thread_id, entry)
+                except CorruptDataError as e:
+                    _refuse(faults, entry[0], e)
+                    continue
                 if record.step >= from_step and (to_step is None or record.step <= to_step):
                     out.append((entry[0], record))
-            if len(entries) < 1000:
+            if len(entries) < count:
                 return out
             cursor = "(" + entries[-1][0]
 
@@ -278,7 +298,16 @@ def _unknown_base(stream: str, entry_id: str, record: Delivery) -> CorruptDataEr
                             f"applies to version {_base(record)}, which no earlier record rebuilds")
 
 
-def rebuild_texts(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dict[tuple[str, int], str], set[str]]:
+def _refuse(faults: list[tuple[str, str]] | None, entry_id: str, error: CorruptDataError,
+            cause: Exception | None = None) -> None:
+    """Raise ``error``, or with ``faults`` add the entry there (without the stream and id the error names)."""
+    if faults is None:
+        raise error from cause
+    faults.append((entry_id, str(error).partition(": ")[2] or str(error)))
+
+
+def rebuild_texts(stream: str, records: list[tuple[str, Delivery]], *,
+                  faults: list[tuple[str, str]] | None = None) -> tuple[dict[tuple[str, int], str], set[str]]:
     """Check every record of a log (oldest first); return the texts they rebuild, by lane
     and version (one thread's log may hold the windows of several lanes: a profile agent
     and a plan agent), and the ids of the records checked. A snapshot's text must match its
@@ -289,11 +318,12 @@ def rebuild_texts(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dic
     of the record's own window, or its window has none (retention trimmed the records that
     rebuild it, or the window kept a chain from before them; another window's snapshots
     say nothing of what this one held): it cannot be checked, rebuilds nothing, and is left
-    out of the ids.
+    out of the ids. With ``faults``, such a record is added there (entry id, what is wrong)
+    and left out instead.
 
     Raises:
         CorruptDataError: a text that does not match its cacheKey, a delta that does not
-            apply or whose base is unknown (names the entry).
+            apply or whose base is unknown (names the entry; not with ``faults``).
     """
     texts: dict[tuple[str, int], str] = {}  # by lane and version: one thread's log may hold several lanes
     checked: set[str] = set()
@@ -309,11 +339,13 @@ def rebuild_texts(stream: str, records: list[tuple[str, Delivery]]) -> tuple[dic
         elif (where := (record.lane, record.window)) not in first or base < first[where]:
             continue
         else:
-            raise _unknown_base(stream, entry_id, record)
+            _refuse(faults, entry_id, _unknown_base(stream, entry_id, record))
+            continue
         try:  # strict: the log is evidence, a record that does not rebuild is corrupt
             text = next_text(prior, record, strict=True)
         except CorruptDataError as e:
-            raise CorruptDataError(f"delivery log {stream} entry {entry_id}: {e}") from e
+            _refuse(faults, entry_id, CorruptDataError(f"delivery log {stream} entry {entry_id}: {e}"), e)
+            continue
         texts[record.lane, record.version] = text
         checked.add(entry_id)
     return texts, checked

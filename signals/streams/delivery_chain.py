@@ -16,7 +16,10 @@ added to it (``XINFO STREAM``'s ``entries-added``, which no append can lower) eq
 the records there are, unless the log is longer than its retention (the retention's
 approximate trim removed the oldest; the windows then begin later, and the log is
 reported as not complete, never as whole). Records without a chain (no ``seq``)
-are read as delivery records and reported as unchained.
+are read as delivery records and reported as unchained. Two things keep a log from
+being reported whole without making it tampered: a server that does not report
+``entries-added`` (Redis before 7.0: a removal cannot be ruled out), and signed chains
+(``k:``) checked without the signing key (anyone may write ``k:`` and any hex).
 
 What it does not do: it reads nothing itself; :class:`~signals.streams.deliveries.DeliveryLog`
 reads the records and ``XINFO STREAM``.
@@ -91,9 +94,11 @@ class LogIntegrity:
 
 
 def check_chain(records: Sequence[tuple[str, Delivery]], *, entries_added: int | None, retention: int,
-                key: bytes | None = None, verify_keys: Sequence[bytes] = ()) -> LogIntegrity:
+                key: bytes | None = None, verify_keys: Sequence[bytes] = (), others: int = 0) -> LogIntegrity:
     """Check a log's records (oldest first) against their chains and the stream's count of
-    entries ever added (``None``: Redis before 7.0 does not tell). See the module header."""
+    entries ever added (``None``: Redis before 7.0 does not tell). ``others``: the entries
+    the stream holds besides ``records`` (entries that are not records, which the caller
+    reports): they count as held, not as removed. See the module header."""
     problems: list[str] = []
     tampered = False
     windows: dict[str, tuple[int, str]] = {}
@@ -135,20 +140,38 @@ def check_chain(records: Sequence[tuple[str, Delivery]], *, entries_added: int |
         problems.append("records not signed with the signing key are in the log")
         flagged += [(entry_id, "not signed with the signing key") for entry_id, r in records
                     if r.chain and not r.chain.startswith("k:")]
-    if unchained:
-        problems.append(f"{unchained} record(s) carry no chain (written before chained logs): their history "
-                        "cannot be proven whole")
-    cut = _removals(len(records), entries_added, retention, late_start)
+    problems += _unverified(records, unchained, key)
+    cut = _removals(len(records) + others, entries_added, retention, late_start)
     if cut[0]:
         flagged += late_flags
     return LogIntegrity(not (problems or cut[1]), tampered or cut[0], (*problems, *cut[1]), tuple(flagged))
+
+
+def _unverified(records: Sequence[tuple[str, Delivery]], unchained: int, key: bytes | None) -> list[str]:
+    """What keeps records from being checked: no chain, or a signed one and no key to check it."""
+    problems = []
+    if unchained:
+        problems.append(f"{unchained} record(s) carry no chain (written before chained logs): their history "
+                        "cannot be proven whole")
+    signed = 0 if key else sum(1 for _, r in records if r.chain and r.chain.startswith("k:"))
+    if signed:
+        problems.append(f"{signed} record(s) are signed and no signing key was given to check them (the UI's "
+                        "or replay's --signing-key-file): their chains cannot be verified")
+    return problems
 
 
 def _removals(held: int, entries_added: int | None, retention: int, late_start: list[str]) -> tuple[bool, list[str]]:
     """Whether entries were removed other than by retention, and what to say of removals."""
     problems: list[str] = []
     tampered = False
-    removed = (entries_added - held) if entries_added is not None else 0
+    if entries_added is None:  # a cut leaves nothing to see: what is held cannot be told whole
+        problems.append("the server does not report how many entries were ever added to the log (XINFO STREAM "
+                        "has no entries-added before Redis 7.0): removals cannot be ruled out")
+        if late_start:  # the retention trims only a log longer than itself
+            problems += late_start
+            tampered = held < retention
+        return tampered, problems
+    removed = entries_added - held
     if removed > 0:
         by_retention = held >= retention
         tampered = not by_retention
@@ -164,7 +187,7 @@ def _removals(held: int, entries_added: int | None, retention: int, late_start: 
 
 def _chain_ok(chain: str, previous: str, body: str, key: bytes | None, verify_keys: Sequence[bytes] = ()) -> bool:
     if chain.startswith("k:") and not key:
-        return True  # signed, and this reader holds no key: the count of entries added still tells a cut
+        return True  # signed, and this reader holds no key: check_chain says the chain is not verified
     if not chain.startswith("k:"):
         return hmac.compare_digest(chain, _digest(None, previous, body))
     return any(hmac.compare_digest(chain, _digest(k, previous, body)) for k in (key, *verify_keys) if k)

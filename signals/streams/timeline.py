@@ -19,18 +19,21 @@ window held, whose versions :attr:`Call.dropped` names.
 
 Nothing read is trusted: a record that is not one of this thread's, or a chain that does
 not rebuild, raises :class:`~signals.errors.CorruptDataError` naming the entry, as the
-log's other readers do.
+log's other readers do; or, asked ``lenient`` (a page that shows the log's verdict, which
+names such entries), is left out of the calls (an entry that is not a record) or rebuilds
+no text (a record that does not rebuild), each listed in :attr:`TimelinePage.skipped`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from signals.core.models import Delivery
 from signals.errors import CorruptDataError
 from signals.streams.client import Client
 from signals.streams.deliveries import NO_WINDOW, decode_record, rebuild_texts
 from signals.streams.keys import Keys, validate_id
+from signals.streams.redis_errors import ReplyTooLargeError
 from signals.streams.replay import raw_command, xrange_entries
 
 __all__ = ("Call", "TimelinePage", "timeline_page")
@@ -78,6 +81,9 @@ class TimelinePage:
     length: int
     read: int = field(default=0)
     """How many records were read to rebuild the page (the page's and those before it)."""
+    skipped: tuple[tuple[str, str], ...] = ()
+    """``lenient`` only: the entries read that are not records of the thread, or do not
+    rebuild, with what is wrong with each (entry id, reason)."""
 
 
 @dataclass(slots=True)
@@ -116,42 +122,60 @@ def _covered(records: list[Record], page_ids: set[str]) -> bool:
     return all(key in snapshot or record.reason == "bootstrap" for key, record in first.items())
 
 
-async def _read(redis: Client, keys: Keys, thread_id: str, end: str, count: int) -> list[Record]:
+async def _read(redis: Client, keys: Keys, thread_id: str, end: str, count: int, *,
+                skipped: list[tuple[str, str]] | None) -> tuple[list[Record], int, str | None]:
+    """Up to ``count`` entries before ``end``, newest first: the records, how many entries were
+    read and the oldest one's id (with ``skipped``, an entry that is not a record is put there)."""
     stream = keys.deliveries(thread_id)
     try:
         entries = await xrange_entries(redis, stream, end=end, count=count, newest_first=True)
+    except ReplyTooLargeError:
+        raise
     except CorruptDataError as e:
         raise CorruptDataError(f"delivery log {stream}: {e}") from e
-    return [(entry[0], decode_record(stream, thread_id, entry)) for entry in entries]
+    records: list[Record] = []
+    for entry in entries:
+        try:
+            records.append((entry[0], decode_record(stream, thread_id, entry)))
+        except CorruptDataError as e:
+            if skipped is None:
+                raise
+            skipped.append((entry[0], str(e).partition(": ")[2] or str(e)))
+    return records, len(entries), entries[-1][0] if entries else None
 
 
 async def timeline_page(redis: Client, keys: Keys, thread_id: str, *, before: str | None = None,
-                        count: int = 50) -> TimelinePage:
+                        count: int = 50, lenient: bool = False) -> TimelinePage:
     """The newest ``count`` records (about: whole calls) of the thread's log older than entry ``before``.
 
     Raises:
         InvalidInputError: ``thread_id`` is not a thread id.
         CorruptDataError: a record that is not one of this thread's, or a chain that does
-            not rebuild (names the entry); the log's key is not a stream.
+            not rebuild (names the entry; not when ``lenient``); the log's key is not a stream.
     """
     stream = keys.deliveries(validate_id(thread_id, "thread id"))
-    newest = await _read(redis, keys, thread_id, "+" if before is None else "(" + before, count + 1)
+    skipped: list[tuple[str, str]] | None = [] if lenient else None
+    newest, got, oldest = await _read(redis, keys, thread_id, "+" if before is None else "(" + before, count + 1,
+                                      skipped=skipped)
     page = _cut(newest[:count], newest[count] if len(newest) > count else None)
-    older = page[-1][0] if len(newest) > count else None
+    older = (page[-1][0] if page else oldest) if got > count else None
     length = int(await raw_command(redis, stream, ["XLEN", stream]))
     records = page[::-1]  # oldest first from here on
     page_ids = {entry_id for entry_id, _ in page}
+    cursor = page[-1][0] if page else None
     read, step = 0, 2 * count
-    while records and not _covered(records, page_ids) and read < _BACK_LIMIT:
-        back = await _read(redis, keys, thread_id, "(" + records[0][0], step)
+    while cursor is not None and records and not _covered(records, page_ids) and read < _BACK_LIMIT:
+        back, got, cursor = await _read(redis, keys, thread_id, "(" + cursor, step, skipped=skipped)
         records = back[::-1] + records
-        read += len(back)
-        if len(back) < step:
+        read += got
+        if got < step:
             break
         step = min(2 * step, _BACK_PAGE)
-    texts, _ = rebuild_texts(stream, records)
-    calls = _fold(records, page_ids, texts)
-    return TimelinePage(thread_id, tuple(reversed(calls)), older, length, read + len(page))
+    texts, _ = rebuild_texts(stream, records, faults=skipped)
+    bad = {entry_id for entry_id, _ in skipped or ()}
+    calls = [replace(c, text=None) if any(entry_id in bad for entry_id, _ in c.records) else c
+             for c in _fold(records, page_ids, texts)]  # a record that does not rebuild shows no text
+    return TimelinePage(thread_id, tuple(reversed(calls)), older, length, read + len(page), tuple(skipped or ()))
 
 
 @dataclass(slots=True)

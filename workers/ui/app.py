@@ -20,7 +20,9 @@ from starlette.staticfiles import StaticFiles
 from signals.core.signing import Signer
 from signals.errors import CorruptDataError, InvalidInputError, RedisBusyError, VerifyError
 from signals.streams.keys import Keys
+from signals.streams.redis_errors import ReplyTooLargeError
 from workers.ui import live, pages
+from workers.ui.logcheck import VerdictCache
 from workers.ui.options import UiOptions
 from workers.ui.render import render
 from workers.ui.security import Guard
@@ -55,6 +57,7 @@ def create_app(redis: Any, keys: Keys, options: UiOptions, *, signer: Signer | N
     if options.operator:
         routes.append(Route("/deadletter/{action:str}", pages.requeue_or_drop, methods=["POST"], name="dlq_action"))
     handlers: dict[Any, Any] = {
+        ReplyTooLargeError: _error(422, "a reply from Redis too large to read"),
         InvalidInputError: _error(400, "bad request"),
         CorruptDataError: _error(422, "malformed data in Redis"),
         VerifyError: _error(422, "malformed data in Redis"),
@@ -67,4 +70,5 @@ def create_app(redis: Any, keys: Keys, options: UiOptions, *, signer: Signer | N
     app.state.options = options
     app.state.live = 0
     app.state.signer = signer
+    app.state.verdicts = VerdictCache()
     return app

@@ -9,7 +9,9 @@ its delivery log and gets the new calls' rows with the log's integrity verdict r
 (the check of ``replay --deliveries``: :mod:`workers.ui.logcheck`). A trim or a deletion adds
 no entry to read, so between batches the thread stream compares the log's fingerprint
 (XINFO STREAM's figures) with the one its last verdict was read at (the page's, at first)
-and, when it changed, sends the verdict read again as an ``integrity`` event. Otherwise a
+and, when it changed, sends the verdict read again as an ``integrity`` event. Verdicts are
+kept by that fingerprint (:class:`~workers.ui.logcheck.VerdictCache`): the live pages of
+one thread read the whole log once per change of it, not once each. Otherwise a
 comment line keeps the connection open; at most :data:`~workers.ui.options.MAX_LIVE` pages are live at once. A read
 that fails (Redis away, a key of another type, a role without XREAD) ends the stream with a
 ``problem`` event the page shows; the browser reconnects after two seconds.
@@ -135,13 +137,13 @@ async def thread_events(request: Request) -> Response:
                 if await log_fingerprint(redis, keys, thread_id) == fingerprint:
                     yield ": keep-alive\n\n"
                     continue
-                verdict = await read_verdict(redis, keys, thread_id, state.signer)
+                verdict = await read_verdict(redis, keys, thread_id, state.signer, cache=state.verdicts)
                 fingerprint = verdict.fingerprint
                 yield _event("integrity", last, _verdict(verdict))
                 continue
             fresh = {entry[0] for entry in entries}
             view = await read_thread(redis, keys, thread_id, before=None, count=len(entries) + options.page,
-                                     signer=state.signer)
+                                     signer=state.signer, verdicts=state.verdicts)
             calls = [c for c in view.page.calls if any(entry_id in fresh for entry_id, _ in c.records)]
             last, fingerprint = entries[-1][0], view.verdict.fingerprint
             yield _event("calls", last, {

@@ -9,10 +9,13 @@ oldest, or records carry no chain: the page says it cannot prove the history who
 ``tampered`` (a cut, a gap, a forged record: what the log holds is not what the model
 saw), the records at fault by entry id, and a fingerprint of the stream (XINFO STREAM's
 length, count of entries added, first, last and deleted ids) by which a live page tells,
-without reading the log, that something removed or added entries since its verdict.
+without reading the log, that something removed or added entries since its verdict, and
+by which a UI keeps the verdicts it read (:class:`VerdictCache`).
 
-A log holding an entry that is not one of the thread's records (which every reader of the
-log refuses) is ``tampered``, with the reason: the page still shows what it can.
+A log holding an entry that is not one of the thread's records, or a record whose text
+does not rebuild (which the log's other readers refuse), is ``tampered``, with the entry
+and the reason: the page still shows what it can. A log that cannot be read under the
+client's reply bound (``max_reply_bytes``) is ``incomplete``: it could not be checked.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from dataclasses import dataclass, field
 from redis import exceptions as redis_exc
 
 from signals.core.signing import Signer
-from signals.errors import CorruptDataError
 from signals.streams.client import Client
 from signals.streams.deliveries import DeliveryLog, LogIntegrity
 from signals.streams.keys import Keys, validate_id
+from signals.streams.redis_errors import ReplyTooLargeError
 from signals.streams.replay import raw_command
 
-__all__ = ("MAX_FINGERPRINT", "Verdict", "log_fingerprint", "read_verdict")
+__all__ = ("MAX_FINGERPRINT", "Verdict", "VerdictCache", "log_fingerprint", "read_verdict")
 
 #: The longest fingerprint a live page may send back (a longer one is simply not the stream's).
 MAX_FINGERPRINT = 200
@@ -67,6 +70,8 @@ async def log_fingerprint(redis: Client, keys: Keys, thread_id: str) -> str:
     stream = keys.deliveries(validate_id(thread_id, "thread id"))
     try:
         reply = await raw_command(redis, stream, ["XINFO", "STREAM", stream])
+    except ReplyTooLargeError:  # its first or last entry is over the bound: its length still tells a change
+        return f"over-bound:{await redis.xlen(stream)}"
     except redis_exc.ResponseError as e:
         if "no such key" not in str(e).lower():
             raise
@@ -76,18 +81,56 @@ async def log_fingerprint(redis: Client, keys: Keys, thread_id: str) -> str:
     return ":".join(_text(info.get(name, "")) for name in (*_WATCHED, "first-entry"))[:MAX_FINGERPRINT]
 
 
-async def read_verdict(redis: Client, keys: Keys, thread_id: str, signer: Signer | None = None) -> Verdict:
-    """The log's verdict, checked as ``replay --deliveries`` checks it (with ``signer``'s keys)."""
+class VerdictCache:
+    """The verdicts a UI read last, by thread and the log's fingerprint: a stream's entries
+    never change in place, and any append, trim or deletion changes the fingerprint (it
+    names the last id ever generated), so an unchanged fingerprint means the verdict read
+    at it still holds. The live pages of one thread then read the whole log once per
+    change, not once each. Holds at most ``size`` verdicts, dropping the oldest."""
+
+    def __init__(self, size: int = 64) -> None:
+        """An empty cache of at most ``size`` verdicts."""
+        self.size = size
+        self._kept: dict[tuple[str, str], Verdict] = {}
+
+    def get(self, thread_id: str, fingerprint: str) -> Verdict | None:
+        """The verdict read at ``fingerprint``, if kept."""
+        return self._kept.get((thread_id, fingerprint))
+
+    def put(self, thread_id: str, verdict: Verdict) -> None:
+        """Keep ``verdict`` (read at its fingerprint)."""
+        self._kept.pop((thread_id, verdict.fingerprint), None)
+        self._kept[thread_id, verdict.fingerprint] = verdict
+        while len(self._kept) > self.size:
+            del self._kept[next(iter(self._kept))]
+
+
+def _lasting(fingerprint: str) -> bool:
+    """Whether a fingerprint names one state of the log (no key, or only its length, does not)."""
+    return fingerprint != "none" and not fingerprint.startswith("over-bound:")
+
+
+async def read_verdict(redis: Client, keys: Keys, thread_id: str, signer: Signer | None = None, *,
+                       cache: VerdictCache | None = None) -> Verdict:
+    """The log's verdict, checked as ``replay --deliveries`` checks it (with ``signer``'s keys);
+    with ``cache``, the one kept there at the log's fingerprint, else read and kept."""
     fingerprint = await log_fingerprint(redis, keys, thread_id)  # before the read: a change after it shows
+    cache = cache if _lasting(fingerprint) else None
+    if cache is not None and (kept := cache.get(thread_id, fingerprint)) is not None:
+        return kept
     log = DeliveryLog(redis, keys, key=signer.key if signer else None,
                       verify_keys=signer.verify_keys if signer else ())
     try:
         integrity = await log.integrity(thread_id)
-    except CorruptDataError as e:  # an entry no reader of the log takes: said, not a failed page
-        integrity = LogIntegrity(complete=False, tampered=True, problems=(
-            f"{e} (any agent user may append to a thread's log: this entry is not one of its records)",))
+    except ReplyTooLargeError as e:  # not read, so not checked: said, not a failed page
+        integrity = LogIntegrity(complete=False, tampered=False, problems=(
+            f"the log could not be read to be checked: {e}; an entry (any agent user may append one) is "
+            "larger than this UI reads (WM_SIGNALS_MAX_REPLY_BYTES)",))
     marks: dict[str, str] = {}
     for entry_id, note in integrity.flagged:
         marks[entry_id] = f"{marks[entry_id]}; {note}" if entry_id in marks else note
     state = "whole" if integrity.complete else "tampered" if integrity.tampered else "incomplete"
-    return Verdict(state, integrity, marks, fingerprint)
+    verdict = Verdict(state, integrity, marks, fingerprint)
+    if cache is not None:
+        cache.put(thread_id, verdict)
+    return verdict

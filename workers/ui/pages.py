@@ -105,7 +105,7 @@ async def thread(request: Request) -> Response:
     thread_id = _param(request, "id")
     before = _cursor(request)
     view = await read_thread(redis, keys, thread_id, before=before, count=options.page,
-                             signer=request.app.state.signer)
+                             signer=request.app.state.signer, verdicts=request.app.state.verdicts)
     return page(request, "thread.html", thread_id=thread_id, view=view, call_key=call_key, live=before is None)
 
 

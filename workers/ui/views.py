@@ -22,10 +22,11 @@ from signals.errors import InvalidInputError, VerifyError
 from signals.streams.client import Client
 from signals.streams.history import PageEntry, SignalPage, first_signal, signal_page, version_texts
 from signals.streams.keys import Keys, validate_id
+from signals.streams.redis_errors import ReplyTooLargeError
 from signals.streams.replay import raw_command, trimmed_before
 from signals.streams.timeline import Call, TimelinePage, timeline_page
 from signals.streams.verify import DocumentState, check_document, read_document_state
-from workers.ui.logcheck import Verdict, read_verdict
+from workers.ui.logcheck import Verdict, VerdictCache, read_verdict
 
 __all__ = ("Badge", "LaneView", "ThreadView", "call_key", "check_lane", "diff_text", "document_meta", "read_diff",
            "read_lane", "read_thread")
@@ -145,12 +146,14 @@ class Badge:
 
 @dataclass(frozen=True, slots=True)
 class ThreadView:
-    """A page of a thread's timeline, each call with its diff and badge, and the log's verdict."""
+    """A page of a thread's timeline, each call with its diff and badge, and the log's verdict;
+    ``problem``: why the page's calls could not be read (none shown), else ``None``."""
 
     page: TimelinePage
     diffs: dict[tuple[str | None, int, str], str | None]
     badges: dict[tuple[str | None, int, str], Badge]
     verdict: Verdict
+    problem: str | None = None
 
 
 def call_key(call: Call) -> tuple[str | None, int, str]:
@@ -188,11 +191,18 @@ def _badge(call: Call, history: dict[int, str] | str) -> Badge:
 
 
 async def read_thread(redis: Client, keys: Keys, thread_id: str, *, before: str | None, count: int,
-                      signer: Signer | None = None) -> ThreadView:
+                      signer: Signer | None = None, verdicts: VerdictCache | None = None) -> ThreadView:
     """A page of the thread's timeline with each call's diff from the call before and its badge,
-    and the whole log's verdict (read after the page: it covers every record the page shows)."""
-    page = await timeline_page(redis, keys, thread_id, before=before, count=count)
-    verdict = await read_verdict(redis, keys, thread_id, signer)
+    and the whole log's verdict (read after the page: it covers every record the page shows).
+    An entry that is not a record, or a record that does not rebuild, is left out of the calls
+    (the verdict names it: the page is not refused); a reply over the client's bound leaves
+    the page without calls, saying so."""
+    problem = None
+    try:
+        page = await timeline_page(redis, keys, thread_id, before=before, count=count, lenient=True)
+    except ReplyTooLargeError as e:
+        page, problem = TimelinePage(thread_id, (), None, 0), f"the calls cannot be shown: {e}"
+    verdict = await read_verdict(redis, keys, thread_id, signer, cache=verdicts)
     wanted: dict[str, set[int]] = defaultdict(set)
     for call in page.calls:
         if call.version is not None:
@@ -208,4 +218,4 @@ async def read_thread(redis: Client, keys: Keys, thread_id: str, *, before: str 
         if any(entry_id in verdict.marks for entry_id, _ in call.records):
             badges[key] = Badge("untrusted", "a record of this call is marked by the log's check: nothing proves "
                                              "the model saw it")
-    return ThreadView(page, diffs, badges, verdict)
+    return ThreadView(page, diffs, badges, verdict, problem)

@@ -326,8 +326,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             compacted = None
             if signals:
                 compacted = await compacted_version(redis, settings.keys(), signals[0][1].lane)
-        if args.deliveries and not deliveries and integrity is not None and integrity.tampered:
-            return _report_integrity(args.thread, integrity)  # emptied, not never written
+        if args.deliveries and not deliveries and integrity is not None and not integrity.complete:
+            return _report_integrity(args.thread, integrity, empty=True)  # emptied, not never written
         code = _show(args, signals, deliveries, truth, Retention.of(settings.retain_signals, settings.retain_age),
                      unchecked_macs=unchecked, compacted=compacted)
         return _report_integrity(args.thread, integrity) or code
@@ -335,14 +335,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return run_async(main)
 
 
-def _report_integrity(thread: str, integrity: LogIntegrity | None) -> int:
+def _report_integrity(thread: str, integrity: LogIntegrity | None, *, empty: bool = False) -> int:
     """After ``replay --deliveries``: say on standard error why the log is not whole (it is
-    never shown as complete then); 2 when it shows a removal or an addition that is not its
-    retention's (what it holds is not what the model saw)."""
+    never shown as complete then; ``empty``: it holds no record); 2 when it shows a removal
+    or an addition that is not its retention's (what it holds is not what the model saw)."""
     if integrity is None or integrity.complete:
         return 0
     verdict = "has been tampered with" if integrity.tampered else "is not complete"
-    print(f"wm-signals: the delivery log of thread {literal(thread)} {verdict}:", file=sys.stderr)
+    held = " (it holds no record)" if empty else ""
+    print(f"wm-signals: the delivery log of thread {literal(thread)}{held} {verdict}:", file=sys.stderr)
     for problem in integrity.problems:
         print(f"  - {literal(problem)}", file=sys.stderr)
     return 2 if integrity.tampered else 0

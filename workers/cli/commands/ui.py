@@ -1,9 +1,10 @@
 """``wm-signals ui``: serve the timeline page (the ``ui`` extra: Starlette, uvicorn, Jinja2).
 
 The command opens its Redis client like every command (the namespace's partition count is
-checked first), then serves :mod:`workers.ui` until SIGINT or SIGTERM. The UI needs the
-``operator`` role's reads (``deploy acl``); ``--operator`` adds the dead-letter requeue and
-drop, which that role may run.
+checked first), bounded as a worker's is (one reply at most ``max_reply_bytes``: any agent
+user may append an entry of any size to a thread's log), then serves :mod:`workers.ui`
+until SIGINT or SIGTERM. The UI needs the ``operator`` role's reads (``deploy acl``);
+``--operator`` adds the dead-letter requeue and drop, which that role may run.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
                         retention=Retention.of(settings.retain_signals, settings.retain_age))
 
     async def main() -> int:
-        async with open_client(settings) as redis:
+        async with open_client(settings, bounded=True) as redis:  # one reply at most max_reply_bytes
             mode = "operator mode" if options.operator else "read-only"
             host = f"[{options.host}]" if ":" in options.host else options.host
             print(f"wm-signals ui: serving namespace {settings.namespace} on http://{host}:{options.port}/ "
