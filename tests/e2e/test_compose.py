@@ -285,7 +285,9 @@ def test_worker_metrics_endpoint(stack: Stack, workers: dict[str, subprocess.Pop
 
     A worker is ready once its monitor has checked Redis (one ``health_interval_s`` tick
     after start; a probe's ``initialDelaySeconds`` covers that), so the probe is retried
-    for a bounded time, as Kubernetes and compose retry theirs."""
+    for a bounded time, as Kubernetes and compose retry theirs; ``wm_signals_up`` reads 0
+    while a process's last publish is stale (a loaded host can delay one), so the scrape
+    is retried the same way until it reads 1."""
     for name in workers:
         url = f"http://127.0.0.1:{stack.metrics_ports[name]}{path}"
         deadline = time.monotonic() + 30
@@ -296,7 +298,8 @@ def test_worker_metrics_endpoint(stack: Stack, workers: dict[str, subprocess.Pop
                     status = reply.status
             except urllib.error.HTTPError as e:
                 body, status = e.read().decode(), e.code
-            if status == 200 or time.monotonic() > deadline:
+            up = path != "/metrics" or "wm_signals_up 1.0" in body  # 0 while a process's last publish is stale
+            if (status == 200 and up) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert status == 200, f"{name} {path}: {status} {body}"
