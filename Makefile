@@ -27,7 +27,8 @@ demo: $(DEMO_STAMP)
 
 test: $(STAMP)
 	.ci/ensure-chromium
-	$(BIN)/python -m pytest -q -n 3 --dist loadfile
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile -m "not slow and not soak"
+	$(BIN)/python -m pytest -q -m "slow and not soak"
 
 lint: $(STAMP)
 	$(BIN)/ruff check signals workers tests bench examples
