@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import subprocess
 import sys
 import time
@@ -22,28 +21,24 @@ import pytest
 
 from signals.agent import AgentWorkingMemory
 from signals.core.signing import Signer
-from signals.streams.acl import ROLES, acl_file
 from signals.streams.client import connect
 from signals.streams.keys import Keys
 from signals.streams.store import WorkingMemoryStore
 from tests.browser.scenario import scripted_run
 from tests.integration.helpers import running_workers, wait_caught_up
 from tests.ports import free_port
+from tests.trust_boundary.narrowed_acl import ADMIN, PASSWORDS, start_server
 from workers.runtime.embedded import RedisServer
 
 pytestmark = pytest.mark.redis
 ROOT = Path(__file__).parents[2]
 KEYS = Keys("wm", 4)
-PASSWORDS = {role: secrets.token_hex(8) for role in ROLES}
-ADMIN = secrets.token_hex(8)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A redis-server with the generated users of namespace ``wm`` and an admin for the test."""
-    path = tmp_path_factory.mktemp("acl") / "users.acl"
-    path.write_text(acl_file(KEYS, PASSWORDS) + f"user admin on >{ADMIN} ~* &* +@all\n")
-    srv = RedisServer(extra=["--aclfile", str(path)]).start()
+    srv = start_server(tmp_path_factory.mktemp("acl"), KEYS)
     yield srv
     srv.stop()
 

@@ -3,7 +3,9 @@ redis-server started with the generated ACL file (plus an ``admin`` user that ma
 anything): the operator who loaded an old ACL file missing one selector.
 
 Shared by the tests that check a script does everything or nothing visible whichever of
-its commands is refused (``test_script_refusals``, ``test_compaction_refusals``).
+its commands is refused (``test_script_refusals``, ``test_compaction_refusals``,
+``test_commit_refusals``), and by those that act as the generated roles
+(``test_hostile_roles``, ``tests/e2e/test_ui_operator_role.py``).
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ ADMIN = secrets.token_hex(8)
 KEYS = Keys("wm", 2)
 
 
-def start_server(folder: Path) -> RedisServer:
-    """A redis-server whose users are the generated ACL's, plus ``admin``."""
+def start_server(folder: Path, keys: Keys = KEYS) -> RedisServer:
+    """A redis-server whose users are the generated ACL's for ``keys`` (namespace ``wm``), plus ``admin``."""
     path = folder / "users.acl"
-    path.write_text(acl_file(KEYS, PASSWORDS) + f"user admin on >{ADMIN} ~* &* +@all\n")
+    path.write_text(acl_file(keys, PASSWORDS) + f"user admin on >{ADMIN} ~* &* +@all\n")
     return RedisServer(extra=["--aclfile", str(path)]).start()
 
 

@@ -18,7 +18,6 @@ redis-servers loaded with the generated ACL file.
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -33,7 +32,7 @@ from redis.asyncio import Redis
 from signals.agent import AgentWorkingMemory
 from signals.core.codec import FIELD, encode_json
 from signals.errors import VerifyError
-from signals.streams.acl import ROLES, acl_file
+from signals.streams.acl import ROLES
 from signals.streams.client import Client, connect
 from signals.streams.deliveries import DeliveryLog
 from signals.streams.delivery_chain import ChainState, link
@@ -43,6 +42,7 @@ from signals.streams.status import inspect
 from signals.streams.store import WorkingMemoryStore
 from signals.streams.verify import verify_lane
 from tests.integration.helpers import check_lane, wait_caught_up
+from tests.trust_boundary.narrowed_acl import start_server, url
 from tests.trust_boundary.support import worker_in_process
 from workers.engine.consumer import Consumer
 from workers.engine.options import ConsumerOptions
@@ -50,28 +50,20 @@ from workers.engine.reconcile import orphaned_lanes
 from workers.runtime.embedded import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
-PASSWORDS = {role: f"{role}-{secrets.token_hex(4)}" for role in ROLES}
-ADMIN = secrets.token_hex(8)
 KEYS = Keys("wm", 4)
 CALLERS = ("writer", "reader", "agent", "scaler")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    path = tmp_path_factory.mktemp("roles") / "users.acl"
-    path.write_text(acl_file(KEYS, PASSWORDS) + f"user admin on >{ADMIN} ~* &* +@all\n")
-    srv = RedisServer(extra=["--aclfile", str(path)]).start()
+    srv = start_server(tmp_path_factory.mktemp("roles"), KEYS)
     yield srv
     srv.stop()
 
 
-def _url(server: RedisServer, role: str) -> str:
-    return f"redis://wm-{role}:{PASSWORDS[role]}@127.0.0.1:{server.port}/0"
-
-
 @pytest.fixture
 async def admin(server: RedisServer) -> AsyncIterator[Redis]:
-    client = connect(f"redis://admin:{ADMIN}@127.0.0.1:{server.port}/0")
+    client = connect(url(server, "admin"))
     await client.flushall()
     await client.function_flush()
     yield client  # type: ignore[misc]
@@ -80,7 +72,7 @@ async def admin(server: RedisServer) -> AsyncIterator[Redis]:
 
 @pytest.fixture
 async def clients(server: RedisServer) -> AsyncIterator[dict[str, Client]]:
-    made = {role: connect(_url(server, role)) for role in ROLES}
+    made = {role: connect(url(server, role)) for role in ROLES}
     yield made
     for client in made.values():
         await client.aclose()
@@ -142,7 +134,7 @@ async def test_the_roles_run_the_pipeline_through_the_projects_functions(
     with pytest.raises(ScriptsNotLoadedError, match=library_name()):
         await store.replace("alice", "# Alice\n- likes tea")
     assert await admin.keys("wm:*doc*") == []
-    async with worker_in_process(_url(server, "worker"), KEYS):
+    async with worker_in_process(url(server, "worker"), KEYS):
         assert [lib[1] for lib in await admin.function_list()] == [library_name()]  # RESP2: name, value pairs
         await store.replace("alice", "# Alice\n- likes tea")
         await admin.function_flush()
@@ -169,7 +161,7 @@ async def test_a_writer_trimming_its_write_streams_loses_no_version(
     worker runs: once a worker passes, every lane is signalled up to its document, each
     version at most once; until then the check names the lanes."""
     store = WorkingMemoryStore(clients["writer"], keys=KEYS)
-    async with worker_in_process(_url(server, "worker"), KEYS):
+    async with worker_in_process(url(server, "worker"), KEYS):
         await _write_lanes(store, 40, 1)
         await wait_caught_up(admin, KEYS)
     await _write_lanes(store, 40, 2)
@@ -186,7 +178,7 @@ async def test_a_writer_trimming_its_write_streams_loses_no_version(
     report = await inspect(clients["operator"], KEYS)  # and inspect names them
     assert report.totals["bad"] == 40
     assert all("gone from the write stream" in b.reason for b in report.bad_lanes)
-    async with worker_in_process(_url(server, "worker"), KEYS):
+    async with worker_in_process(url(server, "worker"), KEYS):
         with anyio.fail_after(20):
             while True:
                 left = [lane for lane in lanes
@@ -216,7 +208,7 @@ async def test_the_worker_survives_a_lost_group_in_every_task(
     loses a write; later writes are signalled."""
     store = WorkingMemoryStore(clients["writer"], keys=KEYS)
     options: dict[str, Any] = {"maintenance_interval_s": 0.05, "claim_idle_ms": 100}
-    async with worker_in_process(_url(server, "worker"), KEYS, **options):
+    async with worker_in_process(url(server, "worker"), KEYS, **options):
         await _write_lanes(store, 10, 1)
         await wait_caught_up(admin, KEYS)
         for round_ in range(5):
@@ -235,7 +227,7 @@ async def test_the_worker_survives_a_lost_group_in_every_task(
 async def test_reclaim_meets_a_lost_group_and_makes_it_again(server: RedisServer, admin: Redis) -> None:
     """The maintenance task's reclaim on a write stream whose group was destroyed (and on
     one deleted): no NOGROUP out of it (the worker exited 1); the group is made again."""
-    worker = connect(_url(server, "worker"))
+    worker = connect(url(server, "worker"))
     try:
         consumer = Consumer(worker, KEYS, ConsumerOptions(), "c")
         await consumer.ensure_groups()
@@ -252,7 +244,7 @@ async def test_reclaim_meets_a_lost_group_and_makes_it_again(server: RedisServer
 async def _agent_steps(server: RedisServer, admin: Redis, clients: dict[str, Client], thread: str) -> None:
     """An agent loop (reader role) over three versions: three deliveries in its log."""
     store = WorkingMemoryStore(clients["writer"], keys=KEYS)
-    async with worker_in_process(_url(server, "worker"), KEYS):
+    async with worker_in_process(url(server, "worker"), KEYS):
         loop = AgentWorkingMemory(clients["reader"], KEYS, resource_id="bob", thread_id=thread, read_only=True)
         for n in range(3):
             await store.replace("bob", "# Bob\n" + "".join(f"- fact {i}\n" for i in range(n + 1)))
@@ -290,7 +282,7 @@ async def test_a_reader_trimming_a_delivery_log_is_reported_not_believed(
     assert integrity.tampered, integrity.problems
     assert any("removed" in p for p in integrity.problems)
     shown = await anyio.to_thread.run_sync(lambda: _cli("replay", "--deliveries", "--thread", "t-cut", "--redis-url",
-                                                        _url(server, "operator"), "--namespace", "wm",
+                                                        url(server, "operator"), "--namespace", "wm",
                                                         "--partitions", str(KEYS.partitions)))
     assert shown.returncode == 2, shown.stderr
     assert "tampered with" in shown.stderr
@@ -302,7 +294,7 @@ async def test_an_entry_processed_by_two_workers_is_counted_once(server: RedisSe
     it; A then processes what it read. The signal is unique, and the entry is counted by
     one worker's outcomes, not by both (3,052 events were counted for 3,000 writes)."""
     store = WorkingMemoryStore(clients["writer"], keys=KEYS)
-    first, second = connect(_url(server, "worker")), connect(_url(server, "worker"))
+    first, second = connect(url(server, "worker")), connect(url(server, "worker"))
     try:
         a = Consumer(first, KEYS, ConsumerOptions(claim_idle_ms=100), "a")
         b = Consumer(second, KEYS, ConsumerOptions(claim_idle_ms=100), "b")
@@ -333,10 +325,10 @@ async def test_deploy_functions_loads_as_the_operator_only(server: RedisServer, 
     """``wm-signals deploy functions``: refused as the writer (naming the library, nothing
     loaded), loaded as the operator."""
     refused = await anyio.to_thread.run_sync(lambda: _cli("deploy", "functions", "--redis-url",
-                                                          _url(server, "writer"), "--namespace", "wm"))
+                                                          url(server, "writer"), "--namespace", "wm"))
     assert refused.returncode != 0 and library_name() in refused.stderr
     assert await admin.function_list() == []
     done = await anyio.to_thread.run_sync(lambda: _cli("deploy", "functions", "--redis-url",
-                                                       _url(server, "operator"), "--namespace", "wm"))
+                                                       url(server, "operator"), "--namespace", "wm"))
     assert done.returncode == 0, done.stderr
     assert [lib[1] for lib in await admin.function_list()] == [library_name()]
