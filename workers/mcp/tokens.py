@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import structlog
 from mcp.server.auth.provider import AccessToken
@@ -124,34 +125,38 @@ class TokenFileVerifier:
         """How many tokens are held."""
         return len(self._resources)
 
-    def _reload_if_changed(self) -> None:
-        now = time.monotonic()
-        if now - self._checked < self._check_every_s:
-            return
-        self._checked = now
+    def _reload(self) -> None:
+        """Read the file again and take its tokens when it changed (in a worker thread: a
+        file read does not belong on the event loop)."""
+        problem: str | None = None
         try:
             data = _read(self._path)
             digest: bytes | None = hashlib.sha256(data).digest()
-        except InvalidInputError:
-            data, digest = b"", None
-        if digest == self._digest and digest is not None:
-            return
-        was_missing = self._digest is None
-        self._digest = digest
-        try:
-            resources, problem = load_tokens(self._path, data if digest is not None else None), None
         except InvalidInputError as e:
-            resources, problem = {}, str(e)
+            data, digest, problem = b"", None, str(e)
+        if digest == self._digest:  # unchanged, or still missing (reported once)
+            return
+        self._digest = digest
+        if digest is not None:
+            try:
+                resources = load_tokens(self._path, data)
+            except InvalidInputError as e:
+                resources, problem = {}, str(e)
+        else:
+            resources = {}
         self._resources = resources
         if problem is None:
             log.info("mcp.tokens_reloaded", path=self._path, tokens=len(resources))
-        elif not (was_missing and digest is None):  # reported once, not at every check
+        else:
             log.error("mcp.tokens_reload_failed", error=problem,
                       note="every token is refused until the file is valid again")
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """The access token of a known bearer token (its resource id as ``subject``), else ``None``."""
-        self._reload_if_changed()
+        now = time.monotonic()
+        if now - self._checked >= self._check_every_s:
+            self._checked = now
+            await anyio.to_thread.run_sync(self._reload)
         resource = self._resources.get(token_digest(token))
         if resource is None:
             return None
