@@ -75,7 +75,8 @@ def register(sub: Any) -> None:
     mcp.add_argument("--resource", help="stdio: the resource (user) id served")
     mcp.add_argument("--thread", help="stdio: the thread the tools address when they name none")
     mcp.add_argument("--tokens-file", metavar="PATH",
-                     help="http: JSON object, bearer token (or sha256:<hex> of it) -> resource id")
+                     help="http: JSON object, bearer token (or sha256:<hex> of it) -> resource id; read again when "
+                          "it changes (a missing or invalid file refuses every token)")
     mcp.add_argument("--schema", metavar="PATH",
                      help="JSON Schema file: working memory is JSON, merged and validated (default: Markdown)")
     mcp.add_argument("--max-bytes", type=int_flag("--max-bytes", "a number of bytes", 1, 1 << 31), metavar="N",
